@@ -1,0 +1,112 @@
+"""Canonical JSON, content hashes and crash-safe writes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+
+def canonical_json(value: Any) -> str:
+    """Serialise ``value`` with sorted keys and fixed separators (no whitespace, UTF-8 kept)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """``canonical_json`` encoded as UTF-8."""
+    return canonical_json(value).encode("utf-8")
+
+
+def sha256_hex(data: bytes) -> str:
+    """The sha256 of ``data`` as lowercase hex."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def content_id(value: Any, prefix: str = "", length: int = 16) -> str:
+    """A short, stable id: a prefix plus the first ``length`` hex digits of sha256(canonical JSON)."""
+    return prefix + sha256_hex(canonical_bytes(value))[:length]
+
+
+def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
+    """Stream a file and return its sha256 hex digest."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory so a rename inside it is durable (no-op where unsupported)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temp file in the same folder, fsync, rename, fsync the folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """UTF-8 text through :func:`atomic_write_bytes`."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: Path, value: Any) -> None:
+    """Canonical JSON plus a trailing newline, written atomically."""
+    atomic_write_bytes(path, canonical_bytes(value) + b"\n")
+
+
+def jsonl_bytes(rows: Iterable[Any]) -> bytes:
+    """Canonical JSON Lines: one canonical object per line, each ending in a newline."""
+    return b"".join(canonical_bytes(row) + b"\n" for row in rows)
+
+
+def replace_dir(staging: Path, final: Path) -> None:
+    """Move a fully written ``staging`` directory to ``final``, keeping the old one until the swap.
+
+    A crash at any point leaves either the old ``final`` or the new one in place (plus, at
+    worst, a stale ``.old`` directory beside it), never a half-written artifact.
+    """
+    final = Path(final)
+    backup = final.with_name(f".{final.name}.old")
+    if backup.exists():
+        shutil.rmtree(backup)
+    if final.exists():
+        os.replace(final, backup)
+    os.replace(staging, final)
+    fsync_dir(final.parent)
+    if backup.exists():
+        shutil.rmtree(backup)
+
+
+def staging_dir(final: Path) -> Path:
+    """A fresh temporary directory beside ``final`` (same filesystem, so the rename is atomic)."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))

@@ -1,0 +1,106 @@
+"""A small world built in code, for unit tests (the realistic ones live in examples/)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+STATUSES = ["pending", "shipped", "delivered", "cancelled"]
+FIRST = ["ana", "ben", "chloe", "dev", "eli", "fay", "gus", "hana", "ivan", "jo", "kai", "lena"]
+
+
+def _customers() -> list[list[Any]]:
+    return [[i, f"{FIRST[i % len(FIRST)].title()} Smith{i}", f"{FIRST[i % len(FIRST)]}{i}@example.com",
+             ["gold", "silver", "bronze"][i % 3]] for i in range(1, 25)]
+
+
+def _orders() -> list[list[Any]]:
+    return [[100 + i, 1 + (i * 7) % 24, STATUSES[i % 4], round(10 + i * 3.25, 2)] for i in range(60)]
+
+
+def small_world() -> dict[str, Any]:
+    """A fresh copy of the small shop world (single-file form)."""
+    world: dict[str, Any] = {
+        "format_version": "1",
+        "identity": {"id": "acme-shop", "name": "Acme Shop", "domain": "retail support",
+                     "description": "Acme Shop sells hardware online; the agent helps customers with orders."},
+        "policies": ["Look an order up before changing it.", "Only pending orders can be cancelled.",
+                     "Never invent order data; answer from tool results."],
+        "state": {
+            "tables": [
+                {"name": "customers", "columns": [
+                    {"name": "id", "type": "INTEGER", "primary_key": True},
+                    {"name": "name", "type": "TEXT", "not_null": True},
+                    {"name": "email", "type": "TEXT", "not_null": True, "unique": True},
+                    {"name": "tier", "type": "TEXT", "not_null": True}]},
+                {"name": "orders", "columns": [
+                    {"name": "id", "type": "INTEGER", "primary_key": True},
+                    {"name": "customer_id", "type": "INTEGER", "not_null": True, "references": "customers.id"},
+                    {"name": "status", "type": "TEXT", "not_null": True},
+                    {"name": "total", "type": "REAL", "not_null": True}]},
+            ],
+            "anchors": [
+                {"table": "customers", "label": "customer", "natural_keys": ["email"], "answer_fields": ["tier"]},
+                {"table": "orders", "label": "order", "answer_fields": ["status", "total"]},
+            ],
+            "rows": {"customers": _customers(), "orders": _orders()},
+        },
+        "tools": [
+            {"name": "get_order", "description": "Look up one order by id.", "effect": "read",
+             "parameters": {"type": "object", "additionalProperties": False, "required": ["order_id"],
+                            "properties": {"order_id": {"type": "integer", "description": "Order id"}}},
+             "statements": ["SELECT id, customer_id, status, total FROM orders WHERE id = :order_id"],
+             "result": {"shape": "row", "not_found": "no order with that id"},
+             "anchors": {"order_id": "orders.id"}},
+            {"name": "get_customer", "description": "Look up one customer by id.", "effect": "read",
+             "parameters": {"type": "object", "additionalProperties": False, "required": ["customer_id"],
+                            "properties": {"customer_id": {"type": "integer", "description": "Customer id"}}},
+             "statements": ["SELECT id, name, email, tier FROM customers WHERE id = :customer_id"],
+             "result": {"shape": "row", "not_found": "no customer with that id"},
+             "anchors": {"customer_id": "customers.id"}},
+            {"name": "find_customer_by_email", "description": "Find a customer by email address.", "effect": "read",
+             "parameters": {"type": "object", "additionalProperties": False, "required": ["email"],
+                            "properties": {"email": {"type": "string", "maxLength": 200,
+                                                     "description": "Email address"}}},
+             "statements": ["SELECT id, name, email, tier FROM customers WHERE email = :email"],
+             "result": {"shape": "row", "not_found": "no customer with that email"},
+             "anchors": {"email": "customers.email"}},
+            {"name": "list_orders", "description": "List a customer's orders.", "effect": "read",
+             "parameters": {"type": "object", "additionalProperties": False, "required": ["customer_id"],
+                            "properties": {"customer_id": {"type": "integer", "description": "Customer id"}}},
+             "statements": ["SELECT id, status, total FROM orders WHERE customer_id = :customer_id ORDER BY id"],
+             "result": {"shape": "rows"}, "anchors": {"customer_id": "customers.id"}, "result_noun": "orders"},
+            {"name": "cancel_order", "description": "Cancel a pending order.", "effect": "write",
+             "parameters": {"type": "object", "additionalProperties": False, "required": ["order_id"],
+                            "properties": {"order_id": {"type": "integer", "description": "Order id"}}},
+             "preconditions": [
+                 {"sql": "SELECT COUNT(*) FROM orders WHERE id = :order_id", "error": "no order with that id"},
+                 {"sql": "SELECT status = 'pending' FROM orders WHERE id = :order_id",
+                  "error": "only pending orders can be cancelled"}],
+             "statements": ["UPDATE orders SET status = 'cancelled' WHERE id = :order_id",
+                            "SELECT id, status FROM orders WHERE id = :order_id"],
+             "result": {"shape": "row"}, "anchors": {"order_id": "orders.id"}, "action": "cancel"},
+            {"name": "set_tier", "description": "Change a customer's loyalty tier.", "effect": "write",
+             "parameters": {"type": "object", "additionalProperties": False, "required": ["customer_id", "tier"],
+                            "properties": {"customer_id": {"type": "integer", "description": "Customer id"},
+                                           "tier": {"type": "string", "enum": ["gold", "silver", "bronze"],
+                                                    "description": "New tier"}}},
+             "preconditions": [{"sql": "SELECT COUNT(*) FROM customers WHERE id = :customer_id",
+                                "error": "no customer with that id"}],
+             "statements": ["UPDATE customers SET tier = :tier WHERE id = :customer_id"],
+             "result": {"shape": "affected"}, "anchors": {"customer_id": "customers.id"}, "action": "change the tier of"},
+        ],
+        "tasks": [
+            {"instruction": "Please cancel order 100 for me.",
+             "anchor": {"table": "orders", "key": 100},
+             "reference": [{"tool": "get_order", "arguments": {"order_id": 100}},
+                           {"tool": "cancel_order", "arguments": {"order_id": {"$from": 0, "pointer": "/id"}}}],
+             "answer": "Order 100 is now cancelled.",
+             "vcode": {"checks": [
+                 {"kind": "sql", "query": "SELECT status FROM orders WHERE id = :id", "params": {"id": 100},
+                  "expect": [["cancelled"]]},
+                 {"kind": "tool_called", "tool": "get_order", "arguments": {"order_id": 100}},
+                 {"kind": "unchanged_except", "rows": [{"table": "orders", "key": 100}]}]}},
+        ],
+    }
+    return copy.deepcopy(world)

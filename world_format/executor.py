@@ -1,0 +1,140 @@
+"""Executing a world's declarative tools against a guarded connection.
+
+A call validates its arguments with jsonschema, checks that every value can be bound,
+runs the preconditions, then the statements, inside a savepoint that is rolled back when
+anything fails. Every failure becomes an error observation ``{"error": "..."}`` for the
+model; nothing a model sends can crash the episode.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+
+from blobkit.errors import ToolCallError
+
+from .models import Tool
+from .sqlguard import Guard, named_parameters
+from .state import normalize_value
+
+MAX_STRING_ARGUMENT = 10_000
+
+
+@dataclass(frozen=True)
+class CompiledTool:
+    """A tool with its validator and the named parameters of each statement."""
+
+    tool: Tool
+    validator: jsonschema.protocols.Validator
+    precondition_params: tuple[tuple[str, ...], ...]
+    statement_params: tuple[tuple[str, ...], ...]
+
+
+def compile_tool(tool: Tool) -> CompiledTool:
+    """Prepare a tool for execution (schema validator, parameter lists)."""
+    validator_class = jsonschema.validators.validator_for(tool.parameters, default=jsonschema.Draft202012Validator)
+    return CompiledTool(
+        tool=tool,
+        validator=validator_class(tool.parameters),
+        precondition_params=tuple(tuple(named_parameters(p.sql)) for p in tool.preconditions),
+        statement_params=tuple(tuple(named_parameters(sql)) for sql in tool.statements),
+    )
+
+
+def check_arguments(compiled: CompiledTool, arguments: Any) -> dict[str, Any]:
+    """Validate model-supplied arguments; raise ToolCallError with a short reason."""
+    if not isinstance(arguments, dict):
+        raise ToolCallError(f"arguments for {compiled.tool.name} must be a JSON object")
+    error = jsonschema.exceptions.best_match(compiled.validator.iter_errors(arguments))
+    if error is not None:
+        where = "/".join(str(part) for part in error.absolute_path)
+        raise ToolCallError(f"invalid arguments for {compiled.tool.name}{' at ' + where if where else ''}: "
+                            f"{error.message[:200]}")
+    for name, value in arguments.items():
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int) and not -(2**63) <= value < 2**63:
+            raise ToolCallError(f"invalid arguments for {compiled.tool.name}: {name} is out of range")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ToolCallError(f"invalid arguments for {compiled.tool.name}: {name} is not a finite number")
+        if isinstance(value, str) and len(value) > MAX_STRING_ARGUMENT:
+            raise ToolCallError(f"invalid arguments for {compiled.tool.name}: {name} is too long")
+        if isinstance(value, dict | list):
+            raise ToolCallError(f"invalid arguments for {compiled.tool.name}: {name} must be a single value")
+    return arguments
+
+
+def _bind(names: tuple[str, ...], arguments: dict[str, Any]) -> dict[str, Any]:
+    return {name: normalize_value(arguments.get(name)) for name in names}
+
+
+def _row_dict(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
+    return {column[0]: normalize_value(value) for column, value in zip(cursor.description, row, strict=True)}
+
+
+def execute_tool(guard: Guard, compiled: CompiledTool, arguments: Any) -> Any:
+    """Run one call; return its observation (JSON-able) or raise ToolCallError."""
+    arguments = check_arguments(compiled, arguments)
+    tool = compiled.tool
+    with guard.host() as conn:
+        conn.execute("SAVEPOINT bk_call")
+    try:
+        with guard.world(tool.effect) as conn:
+            for precondition, names in zip(tool.preconditions, compiled.precondition_params, strict=True):
+                row = conn.execute(precondition.sql, _bind(names, arguments)).fetchone()
+                if row is None or not row[0]:
+                    raise ToolCallError(precondition.error)
+            observation = _run_statements(conn, compiled, arguments)
+    except ToolCallError:
+        _rollback_call(guard)
+        raise
+    except (sqlite3.Error, sqlite3.Warning, OverflowError, ValueError) as exc:
+        _rollback_call(guard)
+        raise ToolCallError(_sqlite_message(exc)) from None
+    with guard.host() as conn:
+        conn.execute("RELEASE bk_call")
+    return observation
+
+
+def _run_statements(conn: sqlite3.Connection, compiled: CompiledTool, arguments: dict[str, Any]) -> Any:
+    tool = compiled.tool
+    affected = 0
+    cursor: sqlite3.Cursor | None = None
+    for sql, names in zip(tool.statements, compiled.statement_params, strict=True):
+        cursor = conn.execute(sql, _bind(names, arguments))
+        if cursor.description is None:
+            affected += max(cursor.rowcount, 0)
+    assert cursor is not None
+    shape = tool.result.shape
+    if shape == "affected":
+        return {"affected": affected}
+    if cursor.description is None:
+        raise ToolCallError(f"tool {tool.name} is misdeclared: its last statement returns no rows")
+    if shape == "row":
+        row = cursor.fetchone()
+        if row is None:
+            raise ToolCallError(tool.result.not_found)
+        return _row_dict(cursor, row)
+    rows = cursor.fetchmany(tool.result.max_rows)
+    return [_row_dict(cursor, row) for row in rows]
+
+
+def _rollback_call(guard: Guard) -> None:
+    with guard.host() as conn:
+        conn.execute("ROLLBACK TO bk_call")
+        conn.execute("RELEASE bk_call")
+
+
+def _sqlite_message(exc: BaseException) -> str:
+    text = str(exc)
+    if "interrupted" in text:
+        return "the request took too long and was stopped"
+    if "not authorized" in text:
+        return "the request tried an operation this tool may not perform"
+    if isinstance(exc, sqlite3.IntegrityError):
+        return f"the change was refused: {text[:200]}"
+    return f"the request failed: {text[:200]}"

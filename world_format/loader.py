@@ -1,0 +1,238 @@
+"""Loading a world from either on-disk form, with budgets and checksums.
+
+* single-file export: ``world.json`` with the seed rows inline (``state.rows``);
+* packaged world directory: ``world.json`` (``state.seed = "seed.sqlite"``), ``seed.sqlite``
+  and ``manifest.json`` listing the sha256 and size of every other file.
+
+Both forms of the same world have the same ``sha256``: the hash of the canonical world
+(without rows or seed reference) together with the seed's state hash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from blobkit.canonical import canonical_bytes, sha256_hex
+from blobkit.errors import ChecksumError, WorldFormatError, WorldSizeError
+
+from .models import World
+from .runtime import WorldRuntime
+from .sqlguard import open_memory_copy
+from .state import build_seed, check_seed
+
+WORLD_FILE = "world.json"
+SEED_FILE = "seed.sqlite"
+MANIFEST_FILE = "manifest.json"
+MANIFEST_FORMAT = "blobkit-world-package"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Size limits for untrusted world input."""
+
+    max_world_json_bytes: int = 32 * 1024 * 1024
+    max_seed_bytes: int = 2 * 1024 * 1024 * 1024
+    max_manifest_bytes: int = 1024 * 1024
+
+
+DEFAULT_BUDGET = Budget()
+
+
+@dataclass(frozen=True)
+class LoadedWorld:
+    """A validated world and its seed database (serialized SQLite bytes)."""
+
+    world: World
+    seed: bytes
+    form: Literal["file", "package"]
+    path: Path
+
+    @cached_property
+    def seed_state_hash(self) -> str:
+        """Canonical state hash of the seed."""
+        runtime = self.runtime()
+        try:
+            return runtime.seed_hash
+        finally:
+            runtime.close()
+
+    @cached_property
+    def sha256(self) -> str:
+        """Identity of the world, equal for both on-disk forms."""
+        return sha256_hex(canonical_bytes({"world": world_document(self.world, None), "state": self.seed_state_hash}))
+
+    def runtime(self, timeout_s: float = 2.0) -> WorldRuntime:
+        """A fresh runtime for isolated episodes."""
+        return WorldRuntime(self.world, self.seed, timeout_s=timeout_s)
+
+
+def world_document(world: World, seed: str | None) -> dict[str, Any]:
+    """The world as a JSON document without inline rows, pointing at ``seed`` (or nowhere)."""
+    document = world.model_dump(mode="json", by_alias=True)
+    document["state"].pop("rows", None)
+    if seed is None:
+        document["state"].pop("seed", None)
+    else:
+        document["state"]["seed"] = seed
+    return document
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"duplicate key {key!r}")
+        result[key] = value
+    return result
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def read_bounded(path: Path, limit: int, what: str) -> bytes:
+    """Read a regular file of at most ``limit`` bytes (refusing links and special files)."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        raise WorldFormatError(f"{path}: {what} not found") from None
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISREG(info.st_mode):
+        raise WorldFormatError(f"{path}: {what} must be a regular file (no links or special files)")
+    if info.st_size > limit:
+        raise WorldSizeError(f"{path}: {what} is {info.st_size} bytes, over the {limit}-byte budget")
+    with open(path, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise WorldSizeError(f"{path}: {what} grew past the {limit}-byte budget while reading")
+    return data
+
+
+def parse_json(data: bytes, source: str) -> Any:
+    """Strict JSON: UTF-8 only, no duplicate keys, no NaN/Infinity."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise WorldFormatError(f"{source}: not UTF-8 text (byte {exc.start})") from None
+    try:
+        return json.loads(text, object_pairs_hook=_reject_duplicate_keys, parse_constant=_reject_constant)
+    except ValueError as exc:
+        raise WorldFormatError(f"{source}: invalid JSON: {exc}") from None
+    except RecursionError:
+        raise WorldFormatError(f"{source}: JSON nested too deeply") from None
+
+
+def _pointer(location: tuple[Any, ...]) -> str:
+    parts = [str(part) for part in location if not (isinstance(part, str) and part[:1].isupper() or "[" in str(part))]
+    return "/" + "/".join(parts)
+
+
+def parse_world(document: Any, source: str) -> World:
+    """Validate a parsed document against the models; one-line error with a JSON pointer."""
+    try:
+        return World.model_validate(document)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise WorldFormatError(f"{source}: {_pointer(first['loc'])}: {first['msg']}{more}") from None
+    except RecursionError:
+        raise WorldFormatError(f"{source}: document nested too deeply") from None
+
+
+# --------------------------------------------------------------------------- the two forms
+
+
+def load_world(path: Path | str, budget: Budget = DEFAULT_BUDGET, *, validate: bool = True) -> LoadedWorld:
+    """Load a world from a packaged directory or a single-file export, fully checked."""
+    path = Path(path)
+    if path.is_dir() and not path.is_symlink():
+        loaded = _load_package(path, budget)
+    else:
+        loaded = _load_single_file(path, budget)
+    if validate:
+        from .validate import validate_world
+
+        validate_world(loaded)
+    return loaded
+
+
+def _load_single_file(path: Path, budget: Budget) -> LoadedWorld:
+    source = str(path)
+    document = parse_json(read_bounded(path, budget.max_world_json_bytes, "world.json"), source)
+    world = parse_world(document, source)
+    if world.state.rows is None:
+        raise WorldFormatError(f"{source}: /state/seed: a single-file world needs inline rows in /state/rows; "
+                               "load the packaged directory instead")
+    return LoadedWorld(world, build_seed(world.state, source), "file", path)
+
+
+def read_manifest(directory: Path, budget: Budget) -> dict[str, dict[str, Any]]:
+    """Read and shape-check a package manifest; return its file table."""
+    source = str(directory / MANIFEST_FILE)
+    manifest = parse_json(read_bounded(directory / MANIFEST_FILE, budget.max_manifest_bytes, "manifest.json"), source)
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT or manifest.get("version") != 1:
+        raise WorldFormatError(f"{source}: not a blobkit world manifest (format {MANIFEST_FORMAT!r}, version 1)")
+    files = manifest.get("files")
+    if not isinstance(files, dict) or set(manifest) != {"format", "version", "files"}:
+        raise WorldFormatError(f"{source}: /files must be an object and no other keys are allowed")
+    for name, entry in files.items():
+        ok = isinstance(entry, dict) and set(entry) == {"sha256", "bytes"} and isinstance(entry["bytes"], int)
+        if not ok:
+            raise WorldFormatError(f"{source}: /files/{name}: needs exactly sha256 and bytes")
+    return files
+
+
+def verify_listing(directory: Path, files: dict[str, dict[str, Any]], skip: set[str]) -> None:
+    """Every file present is listed and every listed file is present (no links, no subfolders)."""
+    present = set()
+    for entry in os.scandir(directory):
+        if entry.name in skip:
+            continue
+        if entry.is_symlink() or not entry.is_file(follow_symlinks=False):
+            raise ChecksumError(f"{directory}: {entry.name} is not a regular file (links and folders are refused)")
+        present.add(entry.name)
+    unlisted = sorted(present - set(files))
+    if unlisted:
+        raise ChecksumError(f"{directory}: {unlisted[0]} is not listed in {MANIFEST_FILE}")
+    missing = sorted(set(files) - present)
+    if missing:
+        raise ChecksumError(f"{directory}: {missing[0]} is listed in {MANIFEST_FILE} but missing")
+
+
+def check_digest(path: Path, data: bytes, entry: dict[str, Any]) -> None:
+    """Compare bytes with a manifest entry."""
+    if len(data) != entry["bytes"] or sha256_hex(data) != entry["sha256"]:
+        raise ChecksumError(f"{path}: sha256 or size does not match {MANIFEST_FILE}")
+
+
+def _load_package(directory: Path, budget: Budget) -> LoadedWorld:
+    files = read_manifest(directory, budget)
+    verify_listing(directory, files, {MANIFEST_FILE})
+    if set(files) != {WORLD_FILE, SEED_FILE}:
+        raise WorldFormatError(f"{directory}: a packaged world holds exactly {WORLD_FILE} and {SEED_FILE}")
+    world_bytes = read_bounded(directory / WORLD_FILE, budget.max_world_json_bytes, "world.json")
+    check_digest(directory / WORLD_FILE, world_bytes, files[WORLD_FILE])
+    seed = read_bounded(directory / SEED_FILE, budget.max_seed_bytes, "seed.sqlite")
+    check_digest(directory / SEED_FILE, seed, files[SEED_FILE])
+    source = str(directory / WORLD_FILE)
+    world = parse_world(parse_json(world_bytes, source), source)
+    if world.state.seed is None:
+        raise WorldFormatError(f"{source}: /state/rows: a packaged world keeps its rows in seed.sqlite")
+    conn = open_memory_copy(seed) if seed[:16] == b"SQLite format 3\x00" else None
+    if conn is None:
+        raise WorldFormatError(f"{directory / SEED_FILE}: not an SQLite database")
+    try:
+        check_seed(conn, world.state, str(directory))
+    finally:
+        conn.close()
+    return LoadedWorld(world, seed, "package", directory)

@@ -1,0 +1,400 @@
+"""Strict, frozen pydantic models of the world format.
+
+Every field carries a docstring: with ``use_attribute_docstrings`` they become the
+descriptions in ``spec/world.schema.json``. Unknown fields are an error, never dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+FORMAT_VERSION = "1"
+
+Slug = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{1,62}$")]
+Identifier = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")]
+Scalar = str | int | float | bool | None
+JsonValue = Any
+
+
+class StrictModel(BaseModel):
+    """Base for every format model: frozen, unknown fields forbidden, docstrings as descriptions."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        use_attribute_docstrings=True,
+        strict=False,
+        populate_by_name=False,
+    )
+
+
+# --------------------------------------------------------------------------- identity
+
+
+class Identity(StrictModel):
+    """Who the company is."""
+
+    id: Slug
+    """Stable slug of the world (lowercase letters, digits and dashes), used in kit names."""
+    name: str = Field(min_length=1, max_length=200)
+    """Human name of the company or service."""
+    domain: str = Field(min_length=1, max_length=200)
+    """Business domain, e.g. "retail support" or "IT helpdesk"."""
+    description: str = Field(min_length=1, max_length=4000)
+    """One paragraph on what the service does and who the agent serves."""
+
+
+# --------------------------------------------------------------------------- state
+
+
+class Column(StrictModel):
+    """One column of a seed table."""
+
+    name: Identifier
+    """Column name."""
+    type: Literal["INTEGER", "REAL", "TEXT", "BLOB"]
+    """SQLite storage type of the column (tables are created STRICT)."""
+    primary_key: bool = False
+    """Whether this column is the table's single-column primary key."""
+    not_null: bool = False
+    """Whether NULL is refused."""
+    unique: bool = False
+    """Whether values must be unique."""
+    references: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")
+    """Foreign key target as "table.column", or null."""
+
+
+class Table(StrictModel):
+    """A table of the starting state."""
+
+    name: Identifier
+    """Table name."""
+    columns: tuple[Column, ...] = Field(min_length=1, max_length=64)
+    """Columns in storage order; exactly one is the primary key."""
+
+    @model_validator(mode="after")
+    def _one_primary_key(self) -> Table:
+        keys = [column.name for column in self.columns if column.primary_key]
+        if len(keys) != 1:
+            raise ValueError(f"table {self.name!r} must declare exactly one primary-key column, found {len(keys)}")
+        names = [column.name for column in self.columns]
+        if len(set(names)) != len(names):
+            raise ValueError(f"table {self.name!r} declares a column twice")
+        return self
+
+    @property
+    def primary_key(self) -> str:
+        """Name of the primary-key column."""
+        return next(column.name for column in self.columns if column.primary_key)
+
+
+class DeclaredSql(StrictModel):
+    """A view or trigger that the world declares on purpose (anything undeclared is refused)."""
+
+    name: Identifier
+    """Name of the view or trigger."""
+    sql: str = Field(min_length=1, max_length=20000)
+    """Its CREATE statement, exactly as stored in sqlite_schema."""
+
+
+class Anchor(StrictModel):
+    """An anchor table: the entities tasks are about (customers, orders, tickets...)."""
+
+    table: Identifier
+    """Name of the anchor table."""
+    label: str = Field(min_length=1, max_length=60)
+    """Singular noun used in task wording, e.g. "order"."""
+    natural_keys: tuple[Identifier, ...] = ()
+    """Columns a person would identify a row by (name, email), besides the primary key."""
+    answer_fields: tuple[Identifier, ...] = ()
+    """Columns that make good questions ("what is the status of order 7?")."""
+
+
+class State(StrictModel):
+    """The starting state: table declarations plus the seed rows (inline) or a seed file."""
+
+    tables: tuple[Table, ...] = Field(min_length=1, max_length=64)
+    """Every table of the seed database, in creation order."""
+    anchors: tuple[Anchor, ...] = Field(min_length=1)
+    """Tables whose rows tasks may target."""
+    views: tuple[DeclaredSql, ...] = ()
+    """Views the seed may contain; any other view is refused."""
+    triggers: tuple[DeclaredSql, ...] = ()
+    """Triggers the seed may contain; any other trigger is refused."""
+    rows: dict[Identifier, list[list[Scalar]]] | None = None
+    """Single-file form only: seed rows per table, each row a list in column order."""
+    seed: Literal["seed.sqlite"] | None = None
+    """Packaged form only: the seed database file beside world.json."""
+
+    @model_validator(mode="after")
+    def _rows_or_seed(self) -> State:
+        if (self.rows is None) == (self.seed is None):
+            raise ValueError('state needs exactly one of "rows" (single-file export) or "seed" (packaged world)')
+        return self
+
+    def table(self, name: str) -> Table | None:
+        """The declared table called ``name``, if any."""
+        return next((table for table in self.tables if table.name == name), None)
+
+    def anchor(self, name: str) -> Anchor | None:
+        """The anchor declared on table ``name``, if any."""
+        return next((anchor for anchor in self.anchors if anchor.table == name), None)
+
+
+# --------------------------------------------------------------------------- tools
+
+
+class Precondition(StrictModel):
+    """A query that must hold before a tool's statements run."""
+
+    sql: str = Field(min_length=1, max_length=20000)
+    """A single SELECT whose first column of the first row must be truthy (no row counts as false)."""
+    error: str = Field(min_length=1, max_length=500)
+    """The message returned to the model when the precondition does not hold."""
+
+
+class ToolResult(StrictModel):
+    """How a tool's observation is shaped."""
+
+    shape: Literal["rows", "row", "affected"]
+    """rows: every row of the last statement; row: exactly one row; affected: rows changed by the writes."""
+    not_found: str = Field(default="no matching record", min_length=1, max_length=500)
+    """Message returned when shape is "row" and the last statement yields no row."""
+    max_rows: int = Field(default=50, ge=1, le=1000)
+    """Cap on the rows returned when shape is "rows"."""
+
+
+class Tool(StrictModel):
+    """A tool the agent may call, implemented declaratively in SQL."""
+
+    name: Identifier
+    """Function name the model calls."""
+    description: str = Field(min_length=1, max_length=2000)
+    """What the tool does, shown to the model."""
+    effect: Literal["read", "write"]
+    """read tools may not change the state (enforced by the SQLite authorizer)."""
+    parameters: dict[str, JsonValue]
+    """JSON Schema (object) of the arguments; properties are scalars bound to SQL parameters by name."""
+    statements: tuple[str, ...] = Field(min_length=1, max_length=8)
+    """SQL statements run in order with named parameters (:name) bound from the validated arguments."""
+    preconditions: tuple[Precondition, ...] = ()
+    """Checks evaluated before the statements; the first that fails returns its error."""
+    result: ToolResult
+    """Shape of the observation."""
+    anchors: dict[Identifier, str] = Field(default_factory=dict)
+    """Which anchor column each parameter identifies, as "table.column" (used by task minting)."""
+    result_noun: str | None = Field(default=None, max_length=60)
+    """Plural noun for what a rows-shaped result lists, e.g. "orders" (used in minted wording)."""
+    action: str | None = Field(default=None, max_length=60)
+    """Verb phrase for a write tool in minted wording, e.g. "cancel" or "escalate"."""
+
+    def function_spec(self) -> dict[str, Any]:
+        """The tool as an OpenAI/Hugging Face function spec (what the model sees)."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+
+# --------------------------------------------------------------------------- values and VCode
+
+
+class Ref(StrictModel):
+    """A value taken from somewhere else at run time."""
+
+    ref: str = Field(alias="$ref", pattern=r"^(answer_key|capture\.[A-Za-z_][A-Za-z0-9_]*)$")
+    """"answer_key" for the task's answer key, or "capture.NAME" for a value captured by the verifier."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True, populate_by_name=False)
+
+
+ValueOrRef = Ref | Scalar
+
+
+class Capture(StrictModel):
+    """A value the verifier reads out of the agent's trace."""
+
+    name: Identifier
+    """Name under which the value is available as {"$ref": "capture.NAME"}."""
+    tool: Identifier
+    """The tool whose successful observation is read."""
+    pointer: str = Field(pattern=r"^(/[^/]*)*$")
+    """JSON pointer into that observation, e.g. "/id"."""
+    occurrence: Literal["first", "last"] = "last"
+    """Which successful call of the tool to read."""
+
+
+class SqlCheck(StrictModel):
+    """A read-only query over the final state whose rows must equal the expected rows."""
+
+    kind: Literal["sql"]
+    """Discriminator."""
+    query: str = Field(min_length=1, max_length=20000)
+    """A single SELECT with named parameters."""
+    params: dict[Identifier, ValueOrRef] = Field(default_factory=dict)
+    """Values bound to the query's named parameters."""
+    expect: list[list[ValueOrRef]]
+    """Expected rows, in order, each a list of column values (numbers compare by value)."""
+
+
+class AnswerCheck(StrictModel):
+    """A check on the agent's final answer."""
+
+    kind: Literal["answer"]
+    """Discriminator."""
+    mode: Literal["exact", "normalized", "contains", "regex", "number", "json_field"]
+    """exact text; case/space/punctuation-normalized equality; normalized containment; regex search;
+    the answer contains this number; or a field (pointer) of a JSON answer equals the value."""
+    value: ValueOrRef
+    """The expected value (or the pattern, for regex)."""
+    pointer: str | None = Field(default=None, pattern=r"^(/[^/]*)*$")
+    """JSON pointer into the answer, for json_field."""
+
+
+class ToolCalledCheck(StrictModel):
+    """The trace contains a successful call of a tool whose arguments include these values."""
+
+    kind: Literal["tool_called"]
+    """Discriminator."""
+    tool: Identifier
+    """Tool name."""
+    arguments: dict[Identifier, ValueOrRef] = Field(default_factory=dict)
+    """Arguments that must match (others may be anything)."""
+    allow_error: bool = False
+    """Whether a call that returned a tool error also counts."""
+
+
+class ToolNotCalledCheck(StrictModel):
+    """No call of a tool (optionally: with these arguments) appears in the trace."""
+
+    kind: Literal["tool_not_called"]
+    """Discriminator."""
+    tool: Identifier
+    """Tool name."""
+    arguments: dict[Identifier, ValueOrRef] = Field(default_factory=dict)
+    """Only calls whose arguments include these values count; empty means any call."""
+
+
+class OrderCheck(StrictModel):
+    """Successful calls of these tools appear in this order (other calls may interleave)."""
+
+    kind: Literal["order"]
+    """Discriminator."""
+    tools: tuple[Identifier, ...] = Field(min_length=2)
+    """Tool names in the required order."""
+
+
+class RowKey(StrictModel):
+    """A row identified by table and primary key."""
+
+    table: Identifier
+    """Table name."""
+    key: ValueOrRef
+    """Primary-key value."""
+
+
+class UnchangedExceptCheck(StrictModel):
+    """Nothing changed between the starting and final state outside these rows."""
+
+    kind: Literal["unchanged_except"]
+    """Discriminator."""
+    rows: tuple[RowKey, ...] = ()
+    """Rows that may have been updated, inserted or deleted."""
+    inserts: dict[Identifier, int] = Field(default_factory=dict)
+    """Tables where new rows may appear, with the most new rows allowed."""
+
+
+Check = Annotated[
+    SqlCheck | AnswerCheck | ToolCalledCheck | ToolNotCalledCheck | OrderCheck | UnchangedExceptCheck,
+    Field(discriminator="kind"),
+]
+
+
+class VCode(StrictModel):
+    """A verifier program: every check must pass. Evaluated by blobkit's own interpreter."""
+
+    captures: tuple[Capture, ...] = ()
+    """Values read from the trace before the checks run; a missing capture fails the verdict."""
+    checks: tuple[Check, ...] = Field(min_length=1)
+    """Checks; the verdict is pass when all pass, fail when one fails, error when one cannot run."""
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+class ArgRef(StrictModel):
+    """An argument taken from an earlier step's observation."""
+
+    from_step: int = Field(alias="$from", ge=0)
+    """Index of the earlier step in the reference chain."""
+    pointer: str = Field(pattern=r"^(/[^/]*)*$")
+    """JSON pointer into that step's observation."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True, populate_by_name=False)
+
+
+class Step(StrictModel):
+    """One tool call of a reference chain."""
+
+    tool: Identifier
+    """Tool name."""
+    arguments: dict[Identifier, ArgRef | Scalar] = Field(default_factory=dict)
+    """Literal arguments, or {"$from": step, "pointer": "/id"} threaded from an earlier observation."""
+    expect_error: bool = False
+    """Whether this call is expected to return a tool error (e.g. a refused write)."""
+
+
+class Task(StrictModel):
+    """A task with its reference chain and verifier."""
+
+    instruction: str = Field(min_length=1, max_length=4000)
+    """What the user asks, as the agent sees it."""
+    anchor: RowKey
+    """The anchor row the task is about."""
+    reference: tuple[Step, ...] = Field(min_length=1, max_length=16)
+    """The reference chain of tool calls that solves the task."""
+    answer: str | None = Field(default=None, max_length=4000)
+    """The answer key (a good final answer), or null when the reply is free text."""
+    vcode: VCode
+    """The verifier."""
+    template: str = Field(default="authored", pattern=r"^[a-z_]{1,40}$")
+    """How the task was made: "authored" for world tasks, else the minting template."""
+    distractors: tuple[RowKey, ...] = ()
+    """Anchor rows of the same shape used by the wrong-row probe (minted tasks fill this)."""
+
+
+# --------------------------------------------------------------------------- world
+
+
+class World(StrictModel):
+    """A company's service twin: identity, policies, starting state, tools and tasks."""
+
+    format_version: Literal["1"]
+    """Version of the world format."""
+    identity: Identity
+    """Company identity."""
+    policies: tuple[str, ...] = Field(min_length=1, max_length=100)
+    """Rules the agent must follow; they become the system prompt."""
+    state: State
+    """The starting state."""
+    tools: tuple[Tool, ...] = Field(min_length=1, max_length=64)
+    """Tools the agent may call."""
+    tasks: tuple[Task, ...] = ()
+    """Authored tasks (optional)."""
+
+    def tool(self, name: str) -> Tool | None:
+        """The tool called ``name``, if any."""
+        return next((tool for tool in self.tools if tool.name == name), None)
+
+    def system_prompt(self) -> str:
+        """The system message an agent of this world receives."""
+        lines = [f"You are the support agent of {self.identity.name} ({self.identity.domain}).",
+                 self.identity.description, "Policies:"]
+        lines += [f"- {policy}" for policy in self.policies]
+        return "\n".join(lines)
+
+    def function_specs(self) -> list[dict[str, Any]]:
+        """Every tool as a function spec, in declaration order."""
+        return [tool.function_spec() for tool in self.tools]

@@ -1,0 +1,208 @@
+"""Isolated episodes over a world's state, with change capture and incremental hashing.
+
+One :class:`WorldRuntime` holds the seed in memory twice: a working copy that episodes
+change inside a savepoint (rolled back when the episode ends) and a pristine copy for
+"before" values. blobkit's own temp triggers log the primary key of every row a tool
+touches, so an episode's diff and its state hash cost O(rows changed), not O(database).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from blobkit.errors import ToolCallError, WorldFormatError
+
+from .executor import CompiledTool, compile_tool, execute_tool
+from .models import Table, World
+from .sqlguard import CHANGE_LOG_TABLE, TRIGGER_PREFIX, Guard, open_memory_copy
+from .state import MODULUS, TableDigest, normalize_value, quote_identifier, state_hash
+
+
+def _row_text_sql(table: Table) -> str:
+    """SQL that renders a row as canonical JSON text (integral reals as integers, blobs as hex)."""
+    parts = []
+    for column in table.columns:
+        name = quote_identifier(column.name)
+        parts.append(
+            f"CASE WHEN typeof({name})='real' AND {name}=CAST({name} AS INTEGER) THEN CAST({name} AS INTEGER) "
+            f"WHEN typeof({name})='blob' THEN json_object('$blob', lower(hex({name}))) ELSE {name} END"
+        )
+    return f"json_array({', '.join(parts)})"
+
+
+def _digest_text(table: str, text: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{table}\x00{text}".encode()).digest(), "big")
+
+
+def scan_digests(conn: sqlite3.Connection, tables: Sequence[Table]) -> dict[str, TableDigest]:
+    """Digest every table by one scan each (order independent)."""
+    digests: dict[str, TableDigest] = {}
+    for table in tables:
+        total, count = 0, 0
+        for (text,) in conn.execute(f"SELECT {_row_text_sql(table)} FROM {quote_identifier(table.name)}"):
+            total += _digest_text(table.name, text)
+            count += 1
+        digests[table.name] = TableDigest(count, total % MODULUS)
+    return digests
+
+
+@dataclass(frozen=True)
+class ToolEvent:
+    """One call in a trace: what was asked and what the world answered."""
+
+    tool: str
+    arguments: Any
+    observation: Any
+    error: bool
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON form."""
+        return {"tool": self.tool, "arguments": self.arguments, "observation": self.observation, "error": self.error}
+
+
+@dataclass(frozen=True)
+class RowChange:
+    """A row that differs between the starting and the current state."""
+
+    table: str
+    key: Any
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+
+
+class WorldRuntime:
+    """Executes tools of one world against isolated episodes of its seed state."""
+
+    def __init__(self, world: World, seed: bytes, *, timeout_s: float = 2.0) -> None:
+        self.world = world
+        self.tables = {table.name: table for table in world.state.tables}
+        self.conn = open_memory_copy(seed)
+        self.pristine = open_memory_copy(seed)
+        self.pristine.execute("PRAGMA query_only=ON")
+        self.conn.execute("PRAGMA recursive_triggers=ON")
+        self._install_change_log()
+        self.guard = Guard(self.conn, set(self.tables), timeout_s=timeout_s)
+        self.tools: dict[str, CompiledTool] = {tool.name: compile_tool(tool) for tool in world.tools}
+        self._seed_digests: dict[str, TableDigest] | None = None
+        self._in_episode = False
+
+    def _install_change_log(self) -> None:
+        self.conn.execute(f"CREATE TEMP TABLE {CHANGE_LOG_TABLE}(tbl TEXT NOT NULL, pk)")
+        for table in self.tables.values():
+            name, key = quote_identifier(table.name), quote_identifier(table.primary_key)
+            literal = "'" + table.name + "'"
+            for event, keys in (("INSERT", ["NEW"]), ("UPDATE", ["OLD", "NEW"]), ("DELETE", ["OLD"])):
+                inserts = " ".join(f"INSERT INTO {CHANGE_LOG_TABLE} VALUES ({literal}, {k}.{key});" for k in keys)
+                trigger = quote_identifier(f"{TRIGGER_PREFIX}{table.name}_{event.lower()}")
+                self.conn.execute(f"CREATE TEMP TRIGGER {trigger} AFTER {event} ON main.{name} BEGIN {inserts} END")
+
+    @property
+    def seed_digests(self) -> dict[str, TableDigest]:
+        """Digests of the seed state (one scan, computed on first use)."""
+        if self._seed_digests is None:
+            self._seed_digests = scan_digests(self.pristine, list(self.tables.values()))
+        return self._seed_digests
+
+    @property
+    def seed_hash(self) -> str:
+        """State hash of the seed."""
+        return state_hash(self.seed_digests)
+
+    @contextmanager
+    def episode(self) -> Iterator[Episode]:
+        """An isolated episode: every change is rolled back when the block ends."""
+        if self._in_episode:
+            raise RuntimeError("episodes of one runtime cannot nest")
+        self._in_episode = True
+        with self.guard.host() as conn:
+            conn.execute("SAVEPOINT bk_episode")
+        try:
+            yield Episode(self)
+        finally:
+            with self.guard.host() as conn:
+                conn.execute("ROLLBACK TO bk_episode")
+                conn.execute("RELEASE bk_episode")
+            self._in_episode = False
+
+    def close(self) -> None:
+        """Close both connections."""
+        self.conn.close()
+        self.pristine.close()
+
+
+@dataclass
+class Episode:
+    """The state of one isolated run: its trace and access to its current state."""
+
+    runtime: WorldRuntime
+    trace: list[ToolEvent] = field(default_factory=list)
+
+    def call(self, tool: str, arguments: Any) -> ToolEvent:
+        """Execute one tool call; errors become error observations, never exceptions."""
+        compiled = self.runtime.tools.get(tool) if isinstance(tool, str) else None
+        if compiled is None:
+            event = ToolEvent(str(tool), arguments, {"error": f"unknown tool {tool!r}"}, True)
+        else:
+            try:
+                event = ToolEvent(tool, arguments, execute_tool(self.runtime.guard, compiled, arguments), False)
+            except ToolCallError as exc:
+                event = ToolEvent(tool, arguments, {"error": str(exc)}, True)
+        self.trace.append(event)
+        return event
+
+    def query(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """Run a verifier's read-only query on the current state."""
+        with self.runtime.guard.world("read") as conn:
+            cursor = conn.execute(sql, {key: normalize_value(value) for key, value in params.items()})
+            if cursor.description is None:
+                raise WorldFormatError("a verifier query must return rows")
+            return [tuple(normalize_value(value) for value in row) for row in cursor.fetchmany(1000)]
+
+    def _changed_keys(self) -> list[tuple[str, Any]]:
+        with self.runtime.guard.host() as conn:
+            rows = conn.execute(f"SELECT DISTINCT tbl, pk FROM temp.{CHANGE_LOG_TABLE}").fetchall()
+        return sorted(((table, key) for table, key in rows), key=lambda item: (item[0], repr(item[1])))
+
+    def _row(self, conn: sqlite3.Connection, table: Table, key: Any, as_text: bool) -> Any:
+        select = _row_text_sql(table) if as_text else "*"
+        sql = f"SELECT {select} FROM {quote_identifier(table.name)} WHERE {quote_identifier(table.primary_key)} = ?"
+        cursor = conn.execute(sql, (key,))
+        row = cursor.fetchone()
+        if row is None or as_text:
+            return None if row is None else row[0]
+        return {column[0]: normalize_value(value) for column, value in zip(cursor.description, row, strict=True)}
+
+    def changes(self) -> list[RowChange]:
+        """Rows that differ from the seed, sorted by table and key."""
+        result = []
+        with self.runtime.guard.host() as conn:
+            for table_name, key in self._changed_keys():
+                table = self.runtime.tables[table_name]
+                before = self._row(self.runtime.pristine, table, key, as_text=False)
+                after = self._row(conn, table, key, as_text=False)
+                if before != after:
+                    result.append(RowChange(table_name, normalize_value(key), before, after))
+        return result
+
+    def state_hash(self) -> str:
+        """State hash of the current state, computed from the seed digest and the changed rows."""
+        digests = dict(self.runtime.seed_digests)
+        with self.runtime.guard.host() as conn:
+            for table_name, key in self._changed_keys():
+                table = self.runtime.tables[table_name]
+                before = self._row(self.runtime.pristine, table, key, as_text=True)
+                after = self._row(conn, table, key, as_text=True)
+                removed = [] if before is None else [_digest_text(table_name, before)]
+                added = [] if after is None else [_digest_text(table_name, after)]
+                digests[table_name] = digests[table_name].apply(removed, added)
+        return state_hash(digests)
+
+
+def full_state_hash(conn: sqlite3.Connection, tables: Sequence[Table]) -> str:
+    """Hash a database by scanning every table (cross-checks the incremental hash)."""
+    return state_hash(scan_digests(conn, tables))

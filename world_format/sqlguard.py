@@ -1,0 +1,154 @@
+"""Hardened SQLite connections: limits, an authorizer and a progress-handler timeout.
+
+World SQL (tool statements, preconditions, verifier queries) only ever runs through a
+connection prepared here. The authorizer denies ATTACH/DETACH, PRAGMA, transaction and
+savepoint control, schema changes, extension loading and, in read mode, every write.
+Host code (blobkit itself) switches the guard off with :meth:`Guard.host` for its own
+bookkeeping statements.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Literal
+
+Mode = Literal["read", "write"]
+
+CHANGE_LOG_TABLE = "bk_changes"
+TRIGGER_PREFIX = "bk_chg_"
+
+LIMITS = {
+    sqlite3.SQLITE_LIMIT_LENGTH: 1_000_000,
+    sqlite3.SQLITE_LIMIT_SQL_LENGTH: 100_000,
+    sqlite3.SQLITE_LIMIT_COLUMN: 256,
+    sqlite3.SQLITE_LIMIT_EXPR_DEPTH: 200,
+    sqlite3.SQLITE_LIMIT_COMPOUND_SELECT: 16,
+    sqlite3.SQLITE_LIMIT_FUNCTION_ARG: 16,
+    sqlite3.SQLITE_LIMIT_ATTACHED: 0,
+    sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH: 200,
+    sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER: 128,
+    sqlite3.SQLITE_LIMIT_TRIGGER_DEPTH: 8,
+}
+
+_ALWAYS_DENIED = {
+    sqlite3.SQLITE_ATTACH,
+    sqlite3.SQLITE_DETACH,
+    sqlite3.SQLITE_PRAGMA,
+    sqlite3.SQLITE_TRANSACTION,
+    sqlite3.SQLITE_SAVEPOINT,
+    sqlite3.SQLITE_ALTER_TABLE,
+    sqlite3.SQLITE_REINDEX,
+    sqlite3.SQLITE_ANALYZE,
+    sqlite3.SQLITE_CREATE_INDEX,
+    sqlite3.SQLITE_CREATE_TABLE,
+    sqlite3.SQLITE_CREATE_TEMP_INDEX,
+    sqlite3.SQLITE_CREATE_TEMP_TABLE,
+    sqlite3.SQLITE_CREATE_TEMP_TRIGGER,
+    sqlite3.SQLITE_CREATE_TEMP_VIEW,
+    sqlite3.SQLITE_CREATE_TRIGGER,
+    sqlite3.SQLITE_CREATE_VIEW,
+    sqlite3.SQLITE_CREATE_VTABLE,
+    sqlite3.SQLITE_DROP_INDEX,
+    sqlite3.SQLITE_DROP_TABLE,
+    sqlite3.SQLITE_DROP_TEMP_INDEX,
+    sqlite3.SQLITE_DROP_TEMP_TABLE,
+    sqlite3.SQLITE_DROP_TEMP_TRIGGER,
+    sqlite3.SQLITE_DROP_TEMP_VIEW,
+    sqlite3.SQLITE_DROP_TRIGGER,
+    sqlite3.SQLITE_DROP_VIEW,
+    sqlite3.SQLITE_DROP_VTABLE,
+}
+_WRITES = {sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE}
+_DENIED_FUNCTIONS = {"load_extension", "random", "randomblob", "sqlite_offset", "fts3_tokenizer"}
+_NAMED_PARAMETER = re.compile(r"(?<![:\w]):([A-Za-z_][A-Za-z0-9_]*)")
+_OTHER_PARAMETER = re.compile(r"(?<![\w])(\?\d*|[@$][A-Za-z_][A-Za-z0-9_]*)")
+_LITERALS_AND_COMMENTS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|/\*.*?\*/", re.S)
+
+
+def named_parameters(sql: str) -> list[str]:
+    """The ``:name`` parameters of ``sql`` in first-use order (string literals and comments ignored)."""
+    stripped = _LITERALS_AND_COMMENTS.sub(" ", sql)
+    if _OTHER_PARAMETER.search(stripped):
+        raise ValueError("only :name parameters are allowed (no ?, ?NNN, @name or $name)")
+    seen: list[str] = []
+    for name in _NAMED_PARAMETER.findall(stripped):
+        if name not in seen:
+            seen.append(name)
+    return seen
+
+
+class QueryTimeout(sqlite3.OperationalError):
+    """Raised (by SQLite, as 'interrupted') when a statement ran past its time budget."""
+
+
+class Guard:
+    """Owns a connection's authorizer and time budget.
+
+    ``mode`` decides what world SQL may do; :meth:`host` lifts every restriction for the
+    duration of a ``with`` block so blobkit can run its own savepoints and bookkeeping.
+    """
+
+    def __init__(self, conn: sqlite3.Connection, tables: set[str], timeout_s: float = 2.0) -> None:
+        self.conn = conn
+        self.tables = tables
+        self.timeout_s = timeout_s
+        self.mode: Mode = "read"
+        self._deadline = float("inf")
+        self._host_depth = 0
+        for limit, value in LIMITS.items():
+            conn.setlimit(limit, value)
+        conn.set_authorizer(self._authorize)
+        conn.set_progress_handler(self._progress, 2000)
+
+    def _progress(self) -> int:
+        return 1 if time.monotonic() > self._deadline else 0
+
+    def _authorize(self, action: int, arg1: str | None, arg2: str | None, db: str | None, source: str | None) -> int:
+        if self._host_depth:
+            return sqlite3.SQLITE_OK
+        if source and source.startswith(TRIGGER_PREFIX):
+            # blobkit's own temp triggers record changed keys into the temp change log.
+            ok = action == sqlite3.SQLITE_INSERT and arg1 == CHANGE_LOG_TABLE and db == "temp"
+            return sqlite3.SQLITE_OK if ok or action == sqlite3.SQLITE_READ else sqlite3.SQLITE_DENY
+        if action in _ALWAYS_DENIED:
+            return sqlite3.SQLITE_DENY
+        if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _DENIED_FUNCTIONS:
+            return sqlite3.SQLITE_DENY
+        if action == sqlite3.SQLITE_READ and db == "temp":
+            return sqlite3.SQLITE_DENY
+        if action in _WRITES and (self.mode != "write" or db != "main" or arg1 not in self.tables):
+            return sqlite3.SQLITE_DENY
+        return sqlite3.SQLITE_OK
+
+    @contextmanager
+    def host(self) -> Iterator[sqlite3.Connection]:
+        """Run blobkit's own statements with no restrictions."""
+        self._host_depth += 1
+        try:
+            yield self.conn
+        finally:
+            self._host_depth -= 1
+
+    @contextmanager
+    def world(self, mode: Mode, timeout_s: float | None = None) -> Iterator[sqlite3.Connection]:
+        """Run world-supplied SQL under ``mode`` with a deadline."""
+        previous_mode, previous_deadline = self.mode, self._deadline
+        self.mode = mode
+        self._deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
+        try:
+            yield self.conn
+        finally:
+            self.mode, self._deadline = previous_mode, previous_deadline
+
+
+def open_memory_copy(seed: bytes) -> sqlite3.Connection:
+    """A private in-memory connection holding a copy of the serialized database ``seed``."""
+    conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    conn.deserialize(seed)
+    conn.execute("PRAGMA trusted_schema=OFF")
+    conn.execute("PRAGMA foreign_keys=ON")
+    return conn

@@ -1,0 +1,235 @@
+"""Semantic validation of a loaded world.
+
+Structure is checked by the models; here we check meaning against the seed: names are
+unique and resolve, tool SQL prepares under the tool's own permissions, named SQL
+parameters match the JSON-Schema properties, reference chains use declared tools with
+arguments that validate, and verifiers only use what exists.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import TYPE_CHECKING, Any
+
+import jsonschema
+
+from blobkit.errors import WorldFormatError
+
+from .executor import compile_tool
+from .models import ArgRef, Ref, SqlCheck, Task, Tool, ToolCalledCheck, ToolNotCalledCheck, VCode, World
+from .runtime import WorldRuntime
+from .sqlguard import Mode, named_parameters
+
+if TYPE_CHECKING:
+    from .loader import LoadedWorld
+
+SCALAR_TYPES = {"string", "integer", "number", "boolean"}
+
+
+def validate_world(loaded: LoadedWorld) -> None:
+    """Raise WorldFormatError (naming the JSON pointer) for the first semantic problem."""
+    world, source = loaded.world, str(loaded.path)
+    _check_names(world, source)
+    _check_anchors(world, source)
+    runtime = loaded.runtime()
+    try:
+        for index, tool in enumerate(world.tools):
+            _check_tool(runtime, tool, f"{source}: /tools/{index}")
+        for index, task in enumerate(world.tasks):
+            _check_task(runtime, task, f"{source}: /tasks/{index}")
+    finally:
+        runtime.close()
+
+
+def _duplicates(names: list[str]) -> str | None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            return name
+        seen.add(name)
+    return None
+
+
+def _check_names(world: World, source: str) -> None:
+    for what, names in (("tool", [t.name for t in world.tools]), ("table", [t.name for t in world.state.tables]),
+                        ("anchor", [a.table for a in world.state.anchors])):
+        duplicate = _duplicates(names)
+        if duplicate:
+            raise WorldFormatError(f"{source}: duplicate {what} name {duplicate!r}")
+
+
+def _check_column_ref(world: World, ref: str, where: str) -> None:
+    table_name, _, column = ref.partition(".")
+    table = world.state.table(table_name)
+    if table is None or column not in {c.name for c in table.columns}:
+        raise WorldFormatError(f"{where}: {ref!r} is not a declared table.column")
+
+
+def _check_anchors(world: World, source: str) -> None:
+    for index, anchor in enumerate(world.state.anchors):
+        where = f"{source}: /state/anchors/{index}"
+        if world.state.table(anchor.table) is None:
+            raise WorldFormatError(f"{where}/table: anchor table {anchor.table!r} is not declared")
+        for column in (*anchor.natural_keys, *anchor.answer_fields):
+            _check_column_ref(world, f"{anchor.table}.{column}", where)
+    for t_index, table in enumerate(world.state.tables):
+        for c_index, column in enumerate(table.columns):
+            if column.references:
+                _check_column_ref(world, column.references, f"{source}: /state/tables/{t_index}/columns/{c_index}")
+
+
+# --------------------------------------------------------------------------- tools
+
+
+def _check_parameters(tool: Tool, where: str) -> set[str]:
+    schema = tool.parameters
+    try:
+        jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise WorldFormatError(f"{where}/parameters: not a valid JSON Schema: {exc.message}") from None
+    if schema.get("type") != "object" or not isinstance(schema.get("properties", {}), dict):
+        raise WorldFormatError(f"{where}/parameters: must be an object schema with properties")
+    if schema.get("additionalProperties") is not False:
+        raise WorldFormatError(f"{where}/parameters: must set additionalProperties to false")
+    properties: dict[str, Any] = schema.get("properties", {})
+    for name, prop in properties.items():
+        kind = prop.get("type") if isinstance(prop, dict) else None
+        if kind not in SCALAR_TYPES:
+            raise WorldFormatError(f"{where}/parameters/properties/{name}: type must be one of {sorted(SCALAR_TYPES)}")
+        if not prop.get("description"):
+            raise WorldFormatError(f"{where}/parameters/properties/{name}: needs a description for the model")
+    return set(properties)
+
+
+def _prepare(runtime: WorldRuntime, sql: str, mode: Mode, where: str) -> tuple[list[str], bool]:
+    """Run ``sql`` once with NULL parameters inside a rolled-back savepoint; return (params, returns_rows)."""
+    try:
+        names = named_parameters(sql)
+    except ValueError as exc:
+        raise WorldFormatError(f"{where}: {exc}") from None
+    guard = runtime.guard
+    with guard.host() as conn:
+        conn.execute("SAVEPOINT bk_validate")
+    try:
+        with guard.world(mode) as conn:
+            cursor = conn.execute(sql, {name: None for name in names})
+            returns_rows = cursor.description is not None
+    except (sqlite3.Error, sqlite3.Warning) as exc:
+        message = str(exc)
+        if "not authorized" in message:
+            message = "uses an operation world SQL may not perform (ATTACH, PRAGMA, transactions, schema changes"
+            message += ", or a write in a read tool)" if mode == "read" else ")"
+        raise WorldFormatError(f"{where}: SQL does not prepare: {message}") from None
+    finally:
+        with guard.host() as conn:
+            conn.execute("ROLLBACK TO bk_validate")
+            conn.execute("RELEASE bk_validate")
+    return names, returns_rows
+
+
+def _check_tool(runtime: WorldRuntime, tool: Tool, where: str) -> None:
+    properties = _check_parameters(tool, where)
+    used: set[str] = set()
+    for index, precondition in enumerate(tool.preconditions):
+        names, returns_rows = _prepare(runtime, precondition.sql, "read", f"{where}/preconditions/{index}/sql")
+        if not returns_rows:
+            raise WorldFormatError(f"{where}/preconditions/{index}/sql: a precondition must be a SELECT")
+        used.update(names)
+    returns_rows = False
+    for index, sql in enumerate(tool.statements):
+        names, returns_rows = _prepare(runtime, sql, tool.effect, f"{where}/statements/{index}")
+        used.update(names)
+    unknown = sorted(used - properties)
+    if unknown:
+        raise WorldFormatError(f"{where}: SQL parameter :{unknown[0]} is not a property of /parameters")
+    unused = sorted(properties - used)
+    if unused:
+        raise WorldFormatError(f"{where}/parameters/properties/{unused[0]}: declared but never used by the SQL")
+    if tool.result.shape != "affected" and not returns_rows:
+        raise WorldFormatError(f"{where}/result/shape: {tool.result.shape!r} needs a last statement that returns rows")
+    for name, ref in tool.anchors.items():
+        if name not in properties:
+            raise WorldFormatError(f"{where}/anchors/{name}: not a parameter of the tool")
+        _check_column_ref(runtime.world, ref, f"{where}/anchors/{name}")
+    compile_tool(tool)
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+def _check_task(runtime: WorldRuntime, task: Task, where: str) -> None:
+    world = runtime.world
+    table = world.state.table(task.anchor.table)
+    if table is None or world.state.anchor(task.anchor.table) is None:
+        raise WorldFormatError(f"{where}/anchor/table: {task.anchor.table!r} is not an anchor table")
+    for index, step in enumerate(task.reference):
+        step_where = f"{where}/reference/{index}"
+        tool = world.tool(step.tool)
+        if tool is None:
+            raise WorldFormatError(f"{step_where}/tool: unknown tool {step.tool!r}")
+        literal = {name: value for name, value in step.arguments.items() if not isinstance(value, ArgRef)}
+        for name, value in step.arguments.items():
+            if isinstance(value, ArgRef) and value.from_step >= index:
+                raise WorldFormatError(f"{step_where}/arguments/{name}: $from must name an earlier step")
+        threaded = set(step.arguments) - set(literal)
+        for error in runtime.tools[step.tool].validator.iter_errors(literal):
+            if error.validator == "required" and all(name in threaded for name in _missing(error)):
+                continue
+            raise WorldFormatError(f"{step_where}/arguments: {error.message}")
+    _check_vcode(runtime, task, f"{where}/vcode")
+
+
+def _missing(error: jsonschema.ValidationError) -> list[str]:
+    required = error.validator_value if isinstance(error.validator_value, list) else []
+    instance = error.instance if isinstance(error.instance, dict) else {}
+    return [name for name in required if name not in instance]
+
+
+def _refs(value: Any) -> list[Ref]:
+    if isinstance(value, Ref):
+        return [value]
+    if isinstance(value, dict):
+        return [ref for item in value.values() for ref in _refs(item)]
+    if isinstance(value, list | tuple):
+        return [ref for item in value for ref in _refs(item)]
+    return []
+
+
+def _check_vcode(runtime: WorldRuntime, task: Task, where: str) -> None:
+    vcode: VCode = task.vcode
+    world = runtime.world
+    captures = {capture.name for capture in vcode.captures}
+    for index, capture in enumerate(vcode.captures):
+        if world.tool(capture.tool) is None:
+            raise WorldFormatError(f"{where}/captures/{index}/tool: unknown tool {capture.tool!r}")
+    for index, check in enumerate(vcode.checks):
+        check_where = f"{where}/checks/{index}"
+        for ref in _refs(_check_values(check)):
+            if ref.ref == "answer_key" and task.answer is None:
+                raise WorldFormatError(f"{check_where}: refers to answer_key but the task has no answer")
+            if ref.ref.startswith("capture.") and ref.ref.split(".", 1)[1] not in captures:
+                raise WorldFormatError(f"{check_where}: refers to undeclared {ref.ref}")
+        if isinstance(check, ToolCalledCheck | ToolNotCalledCheck) and world.tool(check.tool) is None:
+            raise WorldFormatError(f"{check_where}/tool: unknown tool {check.tool!r}")
+        if check.kind == "order":
+            for name in check.tools:
+                if world.tool(name) is None:
+                    raise WorldFormatError(f"{check_where}/tools: unknown tool {name!r}")
+        if isinstance(check, SqlCheck):
+            names, returns_rows = _prepare(runtime, check.query, "read", f"{check_where}/query")
+            if not returns_rows or set(names) != set(check.params):
+                raise WorldFormatError(f"{check_where}: query must be a SELECT whose parameters are exactly /params")
+
+
+def _check_values(check: Any) -> list[Any]:
+    values: list[Any] = []
+    for name in ("params", "arguments", "value", "expect", "rows"):
+        value = getattr(check, name, None)
+        if isinstance(value, dict):
+            values.extend(value.values())
+        elif isinstance(value, list | tuple):
+            for item in value:
+                values.extend(item if isinstance(item, list) else [getattr(item, "key", item)])
+        elif value is not None:
+            values.append(value)
+    return values
