@@ -64,9 +64,9 @@ _GiB = 1 << 30
 _EXTRACT_PREFIX = ".blobkit-extract-"
 _COPY_CHUNK = 1 << 20
 # Compressed bytes fed to the decompressor per call. zstd can expand ~4 input bytes into a
-# 128 KiB block, so this bounds the memory one call can produce (~32 MiB) before the
+# 128 KiB block, so this bounds what one call can produce (~16 MiB) before the
 # decompressed-size cap is checked.
-_FEED_BYTES = 1024
+_FEED_BYTES = 512
 _READ_BYTES = 64 * 1024
 # Decompressed bytes allowed beyond the file data: tar headers, pax records, padding, trailer.
 _OVERHEAD_FIXED = _MiB
@@ -74,8 +74,7 @@ _OVERHEAD_PER_MEMBER = 8 * 1024
 # Largest pax / GNU long-name header tarfile may read into memory.
 _MAX_META_BYTES = 64 * 1024
 _META_TYPES = frozenset(
-    {tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_LONGNAME,
-     tarfile.GNUTYPE_LONGLINK}
+    {tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK}
 )
 _TYPE_NAMES = {
     tarfile.SYMTYPE: "a symlink",
@@ -104,8 +103,7 @@ class ArchiveBudget:
     max_name_length: int = 255
 
     def __post_init__(self) -> None:
-        for field_name in ("max_members", "max_member_bytes", "max_total_bytes", "max_window_bytes",
-                           "max_name_length"):
+        for field_name in ("max_members", "max_member_bytes", "max_total_bytes", "max_window_bytes", "max_name_length"):
             value = getattr(self, field_name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ArchiveError(f"ArchiveBudget.{field_name} must be a positive integer, got {value!r}")
@@ -143,9 +141,7 @@ def _check_name(name: str, budget: ArchiveBudget) -> tuple[str, ...]:
     except UnicodeEncodeError:
         raise _Rejected(f"member {label}: name is not valid UTF-8") from None
     if len(encoded) > budget.max_name_length:
-        raise _Rejected(
-            f"member {label}: name is {len(encoded)} bytes, over the {budget.max_name_length}-byte limit"
-        )
+        raise _Rejected(f"member {label}: name is {len(encoded)} bytes, over the {budget.max_name_length}-byte limit")
     if "\x00" in name:
         raise _Rejected(f"member {label}: name contains a NUL byte")
     if "\\" in name:
@@ -186,9 +182,7 @@ def _scan_source(source_dir: Path) -> list[tuple[str, bool, int]]:
                 elif stat.S_ISREG(st.st_mode):
                     found.append((rel, False, st.st_size))
                 else:
-                    raise ArchiveError(
-                        f"refusing to archive {rel!r} in {source_dir}: not a regular file or directory"
-                    )
+                    raise ArchiveError(f"refusing to archive {rel!r} in {source_dir}: not a regular file or directory")
     found.sort(key=lambda item: item[0])
     return found
 
@@ -208,8 +202,7 @@ def _member_info(name: str, is_dir: bool, size: int) -> tarfile.TarInfo:
 
 
 def _write_tar(source_dir: Path, root_name: str, entries: list[tuple[str, bool, int]], out: BinaryIO) -> None:
-    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, encoding="utf-8",
-                      errors="strict") as tar:
+    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, encoding="utf-8", errors="strict") as tar:
         tar.addfile(_member_info(root_name, True, 0))
         for rel, is_dir, size in entries:
             name = f"{root_name}/{rel}"
@@ -278,17 +271,14 @@ def write_tar_zst(
             f"cannot archive {source_dir}: {total} bytes of files, over the {budget.max_total_bytes}-byte limit"
         )
 
-    compressor = zstandard.ZstdCompressor(
-        level=ZSTD_LEVEL, write_content_size=True, write_checksum=True, threads=0
-    )
+    compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True, write_checksum=True, threads=0)
     try:
         archive_path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=archive_path.parent) as raw:
             _write_tar(source_dir, root_name, entries, raw)
             tar_size = raw.tell()
             raw.seek(0)
-            fd, tmp_name = tempfile.mkstemp(prefix=f".{archive_path.name}.", suffix=".tmp",
-                                            dir=archive_path.parent)
+            fd, tmp_name = tempfile.mkstemp(prefix=f".{archive_path.name}.", suffix=".tmp", dir=archive_path.parent)
             try:
                 with os.fdopen(fd, "wb") as out:
                     compressor.copy_stream(raw, out, size=tar_size)
@@ -339,17 +329,13 @@ class _BoundedZstdReader(io.RawIOBase):
             raise _Rejected("not a zstd archive (bad magic number)")
         params = zstandard.get_frame_parameters(head)
         if params.window_size > self._window:
-            raise _Rejected(
-                f"zstd window of {params.window_size} bytes exceeds the {self._window}-byte limit"
-            )
+            raise _Rejected(f"zstd window of {params.window_size} bytes exceeds the {self._window}-byte limit")
         if params.dict_id:
             raise _Rejected("zstd frame needs a dictionary")
         if not params.has_checksum:
             raise _Rejected("zstd frame has no content checksum")
         if params.content_size != zstandard.CONTENTSIZE_UNKNOWN and params.content_size > self._limit:
-            raise _Rejected(
-                f"declares {params.content_size} decompressed bytes, over the {self._limit}-byte limit"
-            )
+            raise _Rejected(f"declares {params.content_size} decompressed bytes, over the {self._limit}-byte limit")
         self._pending = memoryview(head)
 
     def _step(self) -> None:
@@ -453,8 +439,7 @@ def _make_parents(parts: tuple[str, ...], state: _ExtractState, label: str) -> N
             state.kinds[prefix] = "implicit"
 
 
-def _extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, state: _ExtractState,
-                    budget: ArchiveBudget) -> None:
+def _extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, state: _ExtractState, budget: ArchiveBudget) -> None:
     name = member.name
     label = _label(name)
     state.members += 1
@@ -482,9 +467,7 @@ def _extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, state: _Extra
         return
 
     if member.size > budget.max_member_bytes:
-        raise _Rejected(
-            f"member {label} is {member.size} bytes, over the {budget.max_member_bytes}-byte member limit"
-        )
+        raise _Rejected(f"member {label} is {member.size} bytes, over the {budget.max_member_bytes}-byte member limit")
     if state.total_bytes + member.size > budget.max_total_bytes:
         raise _Rejected(f"members total more than {budget.max_total_bytes} bytes")
     source = tar.extractfile(member)
@@ -525,8 +508,9 @@ def _extract_into(archive_path: Path, root: Path, budget: ArchiveBudget) -> Path
     state = _ExtractState(root=root)
     with open(archive_path, "rb") as handle:
         reader = _BoundedZstdReader(handle, budget)
-        with tarfile.open(fileobj=reader, mode="r|", tarinfo=_StrictTarInfo, encoding="utf-8",
-                          errors="surrogateescape") as tar:
+        with tarfile.open(
+            fileobj=reader, mode="r|", tarinfo=_StrictTarInfo, encoding="utf-8", errors="surrogateescape"
+        ) as tar:
             while (member := tar.next()) is not None:
                 _extract_member(tar, member, state, budget)
             _check_trailer(tar.fileobj)
@@ -553,8 +537,7 @@ def extract_tar_zst(
         tmp = Path(tempfile.mkdtemp(prefix=_EXTRACT_PREFIX, dir=dest_parent))
     except OSError as exc:
         raise ArchiveError(
-            f"cannot extract archive {archive_path}: no temporary folder in {dest_parent}: "
-            f"{_one_line(str(exc))}"
+            f"cannot extract archive {archive_path}: no temporary folder in {dest_parent}: {_one_line(str(exc))}"
         ) from exc
     ok = False
     try:

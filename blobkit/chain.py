@@ -1,0 +1,65 @@
+"""Running a reference chain (or any scripted call list) inside an isolated episode."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from blobkit.canonical import canonical_json, sha256_hex
+from blobkit.errors import ReplayError
+from world_format.models import ArgRef, Step
+from world_format.runtime import Episode, ToolEvent
+from world_format.vcode import json_pointer
+
+
+def observation_text(observation: Any) -> str:
+    """The exact text a model sees for an observation (canonical JSON, never a Python repr)."""
+    return canonical_json(observation)
+
+
+def observation_hash(observation: Any) -> str:
+    """sha256 of the observation text."""
+    return sha256_hex(observation_text(observation).encode("utf-8"))
+
+
+def resolve_arguments(step: Step, observations: Sequence[Any]) -> dict[str, Any]:
+    """Literal arguments plus values threaded from earlier observations."""
+    arguments: dict[str, Any] = {}
+    for name, value in step.arguments.items():
+        if isinstance(value, ArgRef):
+            if value.from_step >= len(observations):
+                raise ReplayError(f"argument {name} refers to step {value.from_step}, which has not run")
+            try:
+                arguments[name] = json_pointer(observations[value.from_step], value.pointer)
+            except KeyError:
+                raise ReplayError(f"argument {name}: {value.pointer} is not in step {value.from_step}'s result") from None
+        else:
+            arguments[name] = value
+    return arguments
+
+
+@dataclass(frozen=True)
+class ChainRun:
+    """What running a chain produced."""
+
+    events: tuple[ToolEvent, ...]
+    clean: bool
+    problem: str = ""
+
+
+def run_chain(episode: Episode, steps: Sequence[Step]) -> ChainRun:
+    """Execute steps in order; ``clean`` is false when a step errs unexpectedly (or fails to err)."""
+    observations: list[Any] = []
+    problem = ""
+    for index, step in enumerate(steps):
+        try:
+            arguments = resolve_arguments(step, observations)
+        except ReplayError as exc:
+            return ChainRun(tuple(episode.trace), False, f"step {index}: {exc}")
+        event = episode.call(step.tool, arguments)
+        observations.append(event.observation)
+        if event.error != step.expect_error and not problem:
+            expected = "an error" if step.expect_error else "success"
+            problem = f"step {index} ({step.tool}) expected {expected}, got {observation_text(event.observation)[:120]}"
+    return ChainRun(tuple(episode.trace), not problem, problem)

@@ -1,0 +1,161 @@
+"""The `blobkit` command line. It only translates: the library raises, this prints one line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from blobkit.errors import BlobkitError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Turn a company's world into a verified training kit, and train small models on it.")
+
+
+def _print_json(value: Any) -> None:
+    typer.echo(json.dumps(value, indent=1, sort_keys=True, ensure_ascii=False))
+
+
+@contextmanager
+def _progress(enabled: bool) -> Iterator[Callable[[str, int, int], None]]:
+    """A rich progress bar on a terminal (stderr), silent otherwise."""
+    if not enabled or not sys.stderr.isatty():
+        yield lambda stage, done, total: None
+        return
+    from rich.progress import Progress
+
+    with Progress(transient=True) as bar:
+        tasks: dict[str, Any] = {}
+
+        def update(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(stage, total=max(total, 1))
+            bar.update(tasks[stage], completed=done, total=max(total, 1))
+
+        yield update
+
+
+# --------------------------------------------------------------------------- world commands
+
+
+@app.command()
+def info(path: Path = typer.Argument(..., help="A world directory, a world.json, a kit directory or a kit archive."),
+         as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
+    """Describe and verify a world or a kit.
+
+    Example: blobkit info examples/retail_desk --json
+    """
+    from blobkit.describe import describe
+
+    summary, human = describe(path)
+    if as_json:
+        _print_json(summary)
+    else:
+        typer.echo(human)
+
+
+@app.command()
+def pack(source: Path = typer.Option(..., "--source", help="Single-file world.json (rows inline)."),
+         out: Path = typer.Option(..., "--out", help="Directory to write the packaged world to.")) -> None:
+    """Turn a single-file world export into a packaged world directory (deterministic).
+
+    Example: blobkit pack --source examples/retail_desk/world.json --out build/retail-world
+    """
+    from world_format.loader import load_world
+    from world_format.pack import write_package
+
+    loaded = load_world(source)
+    write_package(loaded, out)
+    typer.echo(f"packaged {loaded.world.identity.id} into {out} (world sha256 {loaded.sha256})")
+
+
+@app.command()
+def build(world: Path = typer.Option(..., "--world", help="World directory or world.json."),
+          out: Path = typer.Option(..., "--out", help="Directory that receives the kit and its archive."),
+          seed: int = typer.Option(42, help="Seed for minting, wording and the split."),
+          max_tasks: int = typer.Option(12, "--max-tasks", min=1, max=12, help="Most tasks in the kit."),
+          train_cases: int = typer.Option(48, "--train-cases", min=1, help="Training cases per task."),
+          eval_cases: int = typer.Option(6, "--eval-cases", min=1, help="Held-out cases per task."),
+          as_json: bool = typer.Option(False, "--json", help="Print the build record as JSON.")) -> None:
+    """Build a verified, byte-reproducible training kit from a world.
+
+    Example: blobkit build --world examples/retail_desk --out build/ --json
+    """
+    from blobkit.build import BuildConfig, build_kit
+
+    config = BuildConfig(seed=seed, max_tasks=max_tasks, train_cases_per_task=train_cases,
+                         eval_cases_per_task=eval_cases)
+    with _progress(True) as progress:
+        record = build_kit(world, out, config, progress)
+    if as_json:
+        _print_json(record)
+    else:
+        typer.echo(f"kit ready: {record['kit']['path']}\n  archive {record['kit']['archive']} "
+                   f"({record['kit']['bytes']} bytes, sha256 {record['kit']['sha256']})\n"
+                   f"  tasks {record['tasks_count']} admitted, {record['tasks_rejected']} rejected; "
+                   f"{record['sft_rows']} SFT rows; {record['eval_cases']} held-out cases")
+
+
+@app.command()
+def verify(kit: Path = typer.Argument(..., help="Kit directory or .tar.zst archive."),
+           as_json: bool = typer.Option(False, "--json", help="Print the report as JSON.")) -> None:
+    """Re-execute every probe and SFT replay of a kit and compare with what it stores.
+
+    Example: blobkit verify build/northwind-retail-train-kit.tar.zst
+    """
+    from blobkit.kitfiles import open_kit
+    from blobkit.verify import verify_kit
+
+    with open_kit(kit) as opened, _progress(True) as progress:
+        report = verify_kit(opened, progress)
+    if as_json:
+        _print_json(report)
+    else:
+        status = "verified" if report["verified"] else "NOT reproduced"
+        typer.echo(f"{status}: {report['tasks_checked']} probe matrices, {report['train_cases_replayed']} replays, "
+                   f"{report['eval_cases_checked']} held-out cases")
+        for mismatch in report["mismatches"]:
+            typer.echo(f"  mismatch: {mismatch}")
+    if not report["verified"]:
+        raise typer.Exit(1)
+
+
+def _register_training() -> None:
+    try:
+        from blobkit import cli_train
+    except ImportError:  # the training extras are optional
+        return
+    cli_train.register(app)
+
+
+_register_training()
+
+
+def main() -> None:
+    """Entry point: run the app, turning library errors into one line and exit code 2."""
+    try:
+        app(standalone_mode=False)
+    except BlobkitError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        typer.echo("aborted", err=True)
+        sys.exit(130)
+    except Exception as exc:  # click usage errors keep their own formatting
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""What `blobkit info` shows for a world or a kit (after verifying it)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from world_format.loader import LoadedWorld, load_world
+
+from .kitfiles import KIT_FILE, Kit, open_kit
+
+
+def _is_kit(path: Path) -> bool:
+    return path.name.endswith(".tar.zst") or (path.is_dir() and (path / KIT_FILE).exists())
+
+
+def describe(path: Path) -> tuple[dict[str, Any], str]:
+    """(JSON summary, human text) for a world or kit path."""
+    path = Path(path)
+    if _is_kit(path):
+        with open_kit(path) as kit:
+            return _describe_kit(kit)
+    return _describe_world(load_world(path))
+
+
+def _table_rows(loaded: LoadedWorld) -> dict[str, int]:
+    runtime = loaded.runtime()
+    try:
+        return {name: digest.rows for name, digest in runtime.seed_digests.items()}
+    finally:
+        runtime.close()
+
+
+def world_summary(loaded: LoadedWorld) -> dict[str, Any]:
+    """The JSON summary of a verified world."""
+    world = loaded.world
+    return {
+        "kind": "world",
+        "form": loaded.form,
+        "identity": world.identity.model_dump(mode="json"),
+        "policies": len(world.policies),
+        "tables": _table_rows(loaded),
+        "anchors": [anchor.table for anchor in world.state.anchors],
+        "tools": [tool.name for tool in world.tools],
+        "tasks": len(world.tasks),
+        "sha256": loaded.sha256,
+        "state_hash": loaded.seed_state_hash,
+        "verified": True,
+    }
+
+
+def _describe_world(loaded: LoadedWorld) -> tuple[dict[str, Any], str]:
+    world, summary = loaded.world, world_summary(loaded)
+    lines = [f"world {world.identity.id}: {world.identity.name} ({world.identity.domain}) [{loaded.form}, verified]",
+             f"  sha256 {summary['sha256']}", f"  {len(world.policies)} policies"]
+    lines.append("  tables: " + ", ".join(f"{name} ({rows} rows)" for name, rows in summary["tables"].items()))
+    lines.append("  tools:")
+    for tool in world.tools:
+        params = ", ".join(tool.parameters.get("properties", {}))
+        guard = f"; {len(tool.preconditions)} precondition(s)" if tool.preconditions else ""
+        lines.append(f"    {tool.name}({params}) [{tool.effect}{guard}]")
+    lines.append(f"  tasks: {len(world.tasks)}")
+    for task in world.tasks:
+        kinds = ", ".join(check.kind for check in task.vcode.checks)
+        lines.append(f"    - {task.instruction} [verifier: {kinds}]")
+    return summary, "\n".join(lines)
+
+
+def _describe_kit(kit: Kit) -> tuple[dict[str, Any], str]:
+    meta = kit.meta
+    tasks = kit.jsonl("tasks.jsonl")
+    rejected = kit.jsonl("rejected.jsonl")
+    probe_summary: dict[str, Counter[str]] = {}
+    for record in tasks + rejected:
+        for probe, result in (record.get("probe_matrix") or {}).items():
+            if isinstance(result, dict) and "outcome" in result:
+                probe_summary.setdefault(probe, Counter())[result["outcome"]] += 1
+    summary = {
+        "kind": "kit", **meta["record"], "world": meta["world"], "split": meta["split"], "leakage": meta["leakage"],
+        "templates": meta["templates"], "files": len(meta["files"]), "sha256": kit.sha256, "verified": True,
+        "probe_summary": {probe: dict(sorted(counts.items())) for probe, counts in sorted(probe_summary.items())},
+    }
+    lines = [f"kit for world {meta['world']['id']} (world sha256 {meta['world']['sha256'][:16]}…) [verified]",
+             f"  {len(tasks)} tasks admitted, {len(rejected)} rejected; templates: {', '.join(meta['templates'])}",
+             f"  split: {meta['split']['train_cases']} train / {meta['split']['eval_cases']} held-out cases; "
+             f"shared anchors {meta['leakage']['shared_anchors']}, "
+             f"max instruction similarity {meta['leakage']['max_instruction_similarity']}",
+             f"  SFT rows: {meta['record']['sft_rows']}", "  probes (outcome counts over all candidates):"]
+    for probe, counts in summary["probe_summary"].items():
+        lines.append(f"    {probe}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    for record in rejected:
+        lines.append(f"  rejected {record['task_id']} ({record['template']}): {record['rejected_because'][0]}")
+    return summary, "\n".join(lines)
