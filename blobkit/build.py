@@ -15,6 +15,7 @@ from world_format.loader import LoadedWorld, load_world
 from world_format.models import Task
 from world_format.pack import package_files
 from world_format.runtime import WorldRuntime
+from world_format.state import quote_identifier
 from world_format.vcode import evaluate
 
 from .archive import write_tar_zst
@@ -77,21 +78,41 @@ def _collect_instances(minter: Minter, spec: TaskSpec, config: BuildConfig) -> l
     return found
 
 
-def _authored_distractor(world_runtime: WorldRuntime, task: Task, minter: Minter) -> Task | None:
+def _identifying_values(runtime: WorldRuntime, table: str, key: Any) -> dict[str, Any]:
+    """Primary key and natural-key values of an anchor row (what a user would name it by)."""
+    anchor, declared = runtime.world.state.anchor(table), runtime.world.state.table(table)
+    assert anchor is not None and declared is not None
+    columns = [declared.primary_key, *anchor.natural_keys]
+    select = ", ".join(quote_identifier(c) for c in columns)
+    with runtime.guard.host() as conn:
+        row = conn.execute(f"SELECT {select} FROM {quote_identifier(table)} "
+                           f"WHERE {quote_identifier(declared.primary_key)} = ?", (key,)).fetchone()
+    return dict(zip(columns, row, strict=True)) if row else {}
+
+
+def _authored_distractor(runtime: WorldRuntime, task: Task, minter: Minter) -> Task | None:
+    """The task moved to another anchor row: its key and natural keys swapped in arguments and answer."""
     if task.distractors:
         other = task.distractors[0].key
     else:
         other = next((k for k in minter.keys(task.anchor.table) if k != task.anchor.key), None)
         if other is None:
             return None
-    key = task.anchor.key
+    mine = _identifying_values(runtime, task.anchor.table, task.anchor.key)
+    theirs = _identifying_values(runtime, task.anchor.table, other)
+    mapping = [(mine[c], theirs[c]) for c in mine if c in theirs and mine[c] != theirs[c]]
 
     def swap(value: Any) -> Any:
-        return other if value == key and type(value) is type(key) else value
+        for old, new in mapping:
+            if value == old and type(value) is type(old):
+                return new
+        return value
 
     steps = tuple(step.model_copy(update={"arguments": {n: swap(v) for n, v in step.arguments.items()}})
                   for step in task.reference)
-    answer = task.answer.replace(str(key), str(other)) if task.answer else task.answer
+    answer = task.answer
+    for old, new in mapping:
+        answer = answer.replace(str(old), str(new)) if answer else answer
     return task.model_copy(update={"reference": steps, "answer": answer, "anchor": task.anchor.model_copy(
         update={"key": other})})
 
@@ -207,7 +228,8 @@ def _task_record(entry: TaskEntry, counts: dict[str, dict[str, int]]) -> dict[st
     prototype = entry.instances[0].task.model_dump(mode="json", by_alias=True) if entry.instances else None
     distractor = entry.distractor.model_dump(mode="json", by_alias=True) if entry.distractor else None
     return {"task_id": entry.task_id, "source": entry.source, "template": entry.template, "spec": entry.spec,
-            "prototype": prototype, "distractor": distractor, "probe_matrix": entry.matrix, "rejected_because": list(entry.reasons),
+            "prototype": prototype, "distractor": distractor, "probe_matrix": entry.matrix,
+            "rejected_because": list(entry.reasons),
             "cases": counts.get(entry.task_id, {"train": 0, "eval": 0})}
 
 

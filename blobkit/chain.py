@@ -33,7 +33,8 @@ def resolve_arguments(step: Step, observations: Sequence[Any]) -> dict[str, Any]
             try:
                 arguments[name] = json_pointer(observations[value.from_step], value.pointer)
             except KeyError:
-                raise ReplayError(f"argument {name}: {value.pointer} is not in step {value.from_step}'s result") from None
+                where = f"step {value.from_step}'s result"
+                raise ReplayError(f"argument {name}: {value.pointer} is not in {where}") from None
         else:
             arguments[name] = value
     return arguments

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from world_format.models import Step, Task, Tool, World
+from world_format.models import ArgRef, Step, Task, Tool, World
 from world_format.runtime import WorldRuntime
 from world_format.vcode import Verdict, evaluate
 
@@ -145,7 +145,8 @@ def gate_task(runtime: WorldRuntime, task: Task, distractor: Task | None) -> dic
     if not reference.clean:
         reasons.append(f"reference: {reference.problem}")
     if not reference.outcome.verdict.passed:
-        reasons.append(f"reference: verifier says {reference.outcome.verdict.outcome}: {reference.outcome.verdict.reason}")
+        verdict = reference.outcome.verdict
+        reasons.append(f"reference: verifier says {verdict.outcome}: {verdict.reason}")
     probes: dict[str, ProbeOutcome] = {
         "null": run_calls(runtime, task, [], None),
         "shortcut": run_calls(runtime, task, _shortcut_calls(world, reference), task.answer),
@@ -189,10 +190,9 @@ def _renumber(steps: list[Step], removed: int) -> list[Step]:
     for step in steps:
         arguments: dict[str, Any] = {}
         for name, value in step.arguments.items():
-            from_step = getattr(value, "from_step", None)
-            if from_step is not None and from_step > removed:
-                value = value.model_copy(update={"from_step": from_step - 1})
-            elif from_step == removed:
+            if isinstance(value, ArgRef) and value.from_step > removed:
+                value = value.model_copy(update={"from_step": value.from_step - 1})
+            elif isinstance(value, ArgRef) and value.from_step == removed:
                 value = value.model_copy(update={"from_step": 10_000})
             arguments[name] = value
         renumbered.append(step.model_copy(update={"arguments": arguments}))

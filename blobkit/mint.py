@@ -138,7 +138,7 @@ def discover_specs(world: World) -> dict[str, list[TaskSpec]]:
                 finder_params = _anchor_params(finder, anchor.table, natural)
                 if finder.effect == "read" and finder.result.shape == "row" and finder_params:
                     for lister, list_param in lists:
-                        roles = (("find", finder.name), ("find_param", finder_params[0]), ("list", lister.name),
+                        roles: Roles = (("find", finder.name), ("find_param", finder_params[0]), ("list", lister.name),
                                  ("list_param", list_param))
                         found["find_then_read"].append(TaskSpec("find_then_read", anchor.table, roles, natural))
         for lister, param in lists:
@@ -172,6 +172,11 @@ def select_specs(world: World, count: int, seed: int) -> list[TaskSpec]:
 
 
 # --------------------------------------------------------------------------- instantiating
+
+
+def _from_first(column: str) -> ArgRef:
+    """An argument threaded from the first step's observation."""
+    return ArgRef.model_validate({"$from": 0, "pointer": f"/{column}"})
 
 
 def _words(name: str) -> str:
@@ -214,7 +219,8 @@ def _state_checks(world: World, changes: list[RowChange]) -> tuple[list[dict[str
     return checks, _check("unchanged_except", rows=rows, inserts=inserts)
 
 
-Builder = Callable[["Minter", TaskSpec, Any, str], "Instance | None"]
+Builder = Callable[["Minter", TaskSpec, Any, int], "Instance | None"]
+Roles = tuple[tuple[str, str], ...]
 
 
 class Minter:
@@ -305,7 +311,7 @@ def _find_then_read(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instan
     natural_value = row[0]
     finder, lister = spec.tool("find"), spec.tool("list")
     steps = [Step(tool=finder, arguments={spec.param("find"): natural_value}),
-             Step(tool=lister, arguments={spec.param("list"): ArgRef.model_validate({"$from": 0, "pointer": f"/{pk}"})})]
+             Step(tool=lister, arguments={spec.param("list"): _from_first(pk)})]
     ran = m.run(steps)
     if ran is None or not isinstance(ran[0][1], list) or not ran[0][1] or ran[0][0].get(pk) != key:
         return None
@@ -326,7 +332,7 @@ def _write(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | None
     lookup, writer = spec.tool("lookup"), spec.tool("write")
     pk = _pk(m.world, spec.anchor)
     refused = spec.template == "write_refused"
-    write_args: dict[str, Any] = {spec.param("write"): ArgRef.model_validate({"$from": 0, "pointer": f"/{pk}"})}
+    write_args: dict[str, Any] = {spec.param("write"): _from_first(pk)}
     write_args.update(dict(spec.extras))
     steps = [Step(tool=lookup, arguments={spec.param("lookup"): key}),
              Step(tool=writer, arguments=write_args, expect_error=refused)]
@@ -386,9 +392,9 @@ def _aggregate(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | 
 def _numeric_column(rows: list[dict[str, Any]]) -> str | None:
     for column, value in rows[0].items():
         numeric = isinstance(value, int | float) and not isinstance(value, bool)
-        if numeric and column != "id" and not column.endswith("_id") and isinstance(value, float | int):
-            if all(isinstance(row.get(column), int | float) for row in rows):
-                return column
+        is_key = column == "id" or column.endswith("_id")
+        if numeric and not is_key and all(isinstance(row.get(column), int | float) for row in rows):
+            return column
     return None
 
 

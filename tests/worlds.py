@@ -88,7 +88,8 @@ def small_world() -> dict[str, Any]:
              "preconditions": [{"sql": "SELECT COUNT(*) FROM customers WHERE id = :customer_id",
                                 "error": "no customer with that id"}],
              "statements": ["UPDATE customers SET tier = :tier WHERE id = :customer_id"],
-             "result": {"shape": "affected"}, "anchors": {"customer_id": "customers.id"}, "action": "change the tier of"},
+             "result": {"shape": "affected"}, "anchors": {"customer_id": "customers.id"},
+             "action": "change the tier of"},
         ],
         "tasks": [
             {"instruction": "Please cancel order 100 for me.",

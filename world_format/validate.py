@@ -70,8 +70,8 @@ def _check_anchors(world: World, source: str) -> None:
         where = f"{source}: /state/anchors/{index}"
         if world.state.table(anchor.table) is None:
             raise WorldFormatError(f"{where}/table: anchor table {anchor.table!r} is not declared")
-        for column in (*anchor.natural_keys, *anchor.answer_fields):
-            _check_column_ref(world, f"{anchor.table}.{column}", where)
+        for name in (*anchor.natural_keys, *anchor.answer_fields):
+            _check_column_ref(world, f"{anchor.table}.{name}", where)
     for t_index, table in enumerate(world.state.tables):
         for c_index, column in enumerate(table.columns):
             if column.references:
@@ -112,8 +112,12 @@ def _prepare(runtime: WorldRuntime, sql: str, mode: Mode, where: str) -> tuple[l
         conn.execute("SAVEPOINT bk_validate")
     try:
         with guard.world(mode) as conn:
-            cursor = conn.execute(sql, {name: None for name in names})
-            returns_rows = cursor.description is not None
+            try:
+                cursor = conn.execute(sql, {name: None for name in names})
+                returns_rows = cursor.description is not None
+            except sqlite3.IntegrityError:  # prepared fine; NULL trial values broke a constraint
+                upper = sql.upper()
+                returns_rows = upper.lstrip().startswith(("SELECT", "WITH")) or "RETURNING" in upper
     except (sqlite3.Error, sqlite3.Warning) as exc:
         message = str(exc)
         if "not authorized" in message:

@@ -123,7 +123,8 @@ def _capture(ctx: _Context, capture: Capture) -> None:
 def _arguments_match(ctx: _Context, wanted: dict[str, Any], arguments: Any) -> bool:
     if not isinstance(arguments, dict):
         return False
-    return all(name in arguments and values_equal(arguments[name], ctx.resolve(value)) for name, value in wanted.items())
+    return all(name in arguments and values_equal(arguments[name], ctx.resolve(value))
+               for name, value in wanted.items())
 
 
 def _check_sql(ctx: _Context, check: SqlCheck) -> None:

@@ -1,0 +1,45 @@
+# The README quotes these targets. Each creates the virtual environment it needs.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+OUT ?= out/demo
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: venv test fast-test lint demo schema examples bench clean
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch first, pinned to the CPU build this project is tested with (on a GPU machine pip picks CUDA wheels)
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[train,dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest
+
+fast-test: lint
+	$(BIN)/pytest -m "not slow"
+
+demo: venv
+	$(PY) -m blobkit.demo --out $(OUT)
+
+schema: venv
+	$(PY) -m world_format.schema > spec/world.schema.json
+
+examples: venv
+	$(PY) examples/retail_desk/generate.py
+	$(PY) examples/it_helpdesk/generate.py
+
+bench: venv
+	$(PY) benchmarks/build_scaling.py
+
+clean:
+	rm -rf out build .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,239 @@
+"""Tests for the tiny local model, chat rendering/parsing, generation and local SFT."""
+
+from __future__ import annotations
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import hashlib
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("trl")
+
+from blobkit.canonical import canonical_json  # noqa: E402
+from blobkit.errors import ConfigError  # noqa: E402
+from trainers.chat import assistant_message, parse_assistant_output, render_prompt  # noqa: E402
+from trainers.tiny_model import build_tiny_model, row_texts  # noqa: E402
+
+GET_ORDER = {
+    "type": "function",
+    "function": {
+        "name": "get_order",
+        "description": "Look up one order by id.",
+        "parameters": {
+            "type": "object",
+            "properties": {"order_id": {"type": "integer", "description": "Order id"}},
+            "required": ["order_id"],
+            "additionalProperties": False,
+        },
+    },
+}
+SYSTEM = "You are the support agent of Northwind. Answer briefly."
+STATUSES = ("pending", "shipped", "delivered", "cancelled")
+
+
+def order_observation(order_id: int) -> dict[str, Any]:
+    """The synthetic world's answer to get_order."""
+    r = random.Random(order_id)
+    return {"id": order_id, "status": r.choice(STATUSES), "total": r.randint(1, 99)}
+
+
+def lookup_row(order_id: int) -> dict[str, Any]:
+    """An executed single-call row in the kit's sft.jsonl format."""
+    obs = order_observation(order_id)
+    return {
+        "messages": [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": f"What is the status of order {order_id}?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"type": "function", "function": {"name": "get_order",
+                                                                 "arguments": {"order_id": order_id}}}],
+            },
+            {"role": "tool", "name": "get_order", "content": canonical_json(obs)},
+            {"role": "assistant", "content": f"Order {order_id} is {obs['status']}."},
+        ],
+        "tools": [GET_ORDER],
+        "metadata": {"task_id": "t", "case_id": str(order_id)},
+    }
+
+
+def _dir_digest(path: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(path.iterdir()) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    rows = [lookup_row(1000 + 7 * i) for i in range(40)]
+    return build_tiny_model(row_texts(rows), tmp_path_factory.mktemp("tiny"), seed=1, hidden_size=32,
+                            num_layers=2, num_heads=2, vocab_size=600)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_dir: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_dir)
+
+
+def test_tiny_model_reloads_with_identical_token_ids(tiny_dir: Path, tokenizer: Any) -> None:
+    from transformers import AutoModelForCausalLM, Qwen2ForCausalLM, Qwen2Tokenizer
+
+    from trainers.tiny_model import build_tokenizer
+
+    texts = row_texts([lookup_row(1000 + 7 * i) for i in range(40)])
+    fresh = build_tokenizer(texts, vocab_size=600)
+    assert type(tokenizer) is Qwen2Tokenizer
+    sample = texts[0] + " order 98765 <tool_call>x</tool_call> naïve €"
+    assert tokenizer(sample)["input_ids"] == fresh(sample)["input_ids"]
+    assert tokenizer.decode(tokenizer(sample)["input_ids"]) == sample
+    assert tokenizer.eos_token == "<|im_end|>" and tokenizer.pad_token == "<|endoftext|>"
+    for tag in ("<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<tool_response>", "<tools>"):
+        assert len(tokenizer.encode(tag, add_special_tokens=False)) == 1
+    digits = tokenizer.tokenize("12345")
+    assert len(digits) == 5
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir, use_safetensors=True)
+    assert isinstance(model, Qwen2ForCausalLM)
+    assert model.config.vocab_size >= len(tokenizer)
+
+
+def test_two_builds_from_the_same_texts_and_seed_are_byte_identical(tmp_path: Path, tiny_dir: Path) -> None:
+    import torch
+
+    before = torch.random.get_rng_state()
+    texts = row_texts([lookup_row(1000 + 7 * i) for i in range(40)])
+    again = build_tiny_model(texts, tmp_path / "again", seed=1, hidden_size=32, num_layers=2, num_heads=2,
+                             vocab_size=600)
+    assert _dir_digest(again) == _dir_digest(tiny_dir)
+    assert torch.equal(before, torch.random.get_rng_state())
+    other = build_tiny_model(texts, tmp_path / "other", seed=2, hidden_size=32, num_layers=2, num_heads=2,
+                             vocab_size=600)
+    assert _dir_digest(other)["model.safetensors"] != _dir_digest(tiny_dir)["model.safetensors"]
+
+
+def test_the_chat_template_is_trl_training_template_and_renders_tool_calls(tokenizer: Any) -> None:
+    from trl.chat_template_utils import qwen2_5_training_chat_template
+
+    assert tokenizer.chat_template == qwen2_5_training_chat_template
+    row = lookup_row(1042)
+    text = tokenizer.apply_chat_template(row["messages"], tools=row["tools"], tokenize=False)
+    assert '<tool_call>\n{"name": "get_order", "arguments": {"order_id": 1042}}\n</tool_call><|im_end|>' in text
+    assert "<tools>\n" + json.dumps(GET_ORDER, ensure_ascii=False) in text
+    assert "<tool_response>\n" + row["messages"][3]["content"] + "\n</tool_response>" in text
+    prompt = render_prompt(tokenizer, row["messages"][:2], row["tools"])
+    assert prompt.endswith("<|im_start|>assistant\n") and text.startswith(prompt)
+
+
+def test_parse_assistant_output_round_trips_a_rendered_tool_call(tokenizer: Any) -> None:
+    row = lookup_row(1042)
+    full = tokenizer.apply_chat_template(row["messages"][:3], tools=row["tools"], tokenize=False)
+    prompt = render_prompt(tokenizer, row["messages"][:2], row["tools"])
+    completion = full[len(prompt):]
+    parsed = parse_assistant_output(completion)
+    assert parsed.parse_errors == []
+    assert parsed.tool_calls == [{"name": "get_order", "arguments": {"order_id": 1042}}]
+    assert parsed.content == ""
+    assert assistant_message(parsed) == row["messages"][2]
+    final = parse_assistant_output("Order 1042 is shipped.<|im_end|>")
+    assert final.is_final and final.content == "Order 1042 is shipped."
+    assert assistant_message(final) == {"role": "assistant", "content": "Order 1042 is shipped."}
+
+
+def test_malformed_tool_calls_are_reported_as_parse_errors_not_raised() -> None:
+    text = (
+        "Let me check.\n<tool_call>\n{\"name\": \"get_order\", \"arguments\": {\"order_id\": 10\n</tool_call>"
+        "\n<tool_call>\n{\"arguments\": {}}\n</tool_call>"
+        "\n<tool_call>\n{\"name\": \"get_order\", \"arguments\": \"{\\\"order_id\\\": 1}\"}\n</tool_call>"
+        "\n<tool_call>\n{\"name\": \"get_order\", \"arguments\": {\"order_id\": 7}}\n</tool_call>"
+        "\n<tool_call>\n{\"name\": \"cut"
+    )
+    parsed = parse_assistant_output(text)
+    assert parsed.tool_calls == [{"name": "get_order", "arguments": {"order_id": 7}}]
+    assert len(parsed.parse_errors) == 4
+    assert "invalid JSON" in parsed.parse_errors[0]
+    assert "name" in parsed.parse_errors[1]
+    assert "arguments" in parsed.parse_errors[2]
+    assert "unterminated" in parsed.parse_errors[3]
+    assert parsed.content == "Let me check."
+    assert not parsed.is_final
+
+
+def test_the_assistant_mask_covers_only_assistant_tokens(tokenizer: Any) -> None:
+    row = lookup_row(2024)
+    out = tokenizer.apply_chat_template(row["messages"], tools=row["tools"], tokenize=True, return_dict=True,
+                                        return_assistant_tokens_mask=True)
+    ids, mask = out["input_ids"], out["assistant_masks"]
+    assert len(ids) == len(mask)
+    masked = tokenizer.decode([i for i, m in zip(ids, mask, strict=True) if m])
+    expected = ('\n<tool_call>\n{"name": "get_order", "arguments": {"order_id": 2024}}\n</tool_call><|im_end|>\n'
+                + "\n" + row["messages"][4]["content"] + "<|im_end|>\n")
+    assert masked == expected
+    unmasked = tokenizer.decode([i for i, m in zip(ids, mask, strict=True) if not m])
+    assert "What is the status" in unmasked and "<tool_response>" in unmasked and "get_order" in unmasked
+
+
+def test_count_row_tokens_matches_the_template_and_over_long_rows_are_refused(
+    tiny_dir: Path, tokenizer: Any, tmp_path: Path
+) -> None:
+    from trainers.local_torch import count_row_tokens, train_sft
+
+    row = lookup_row(1042)
+    text = tokenizer.apply_chat_template(row["messages"], tools=row["tools"], tokenize=False)
+    n = count_row_tokens(tokenizer, row)
+    assert n == len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    with pytest.raises(ConfigError, match="exceed max_length"):
+        train_sft(tiny_dir, [row], tmp_path / "out", epochs=1, learning_rate=1e-3, batch_size=1, seed=0,
+                  lora=False, lora_rank=0, max_length=n - 1, progress=False)
+
+
+def test_lora_training_writes_a_canonical_adapter(tiny_dir: Path, tmp_path: Path) -> None:
+    from trainers.local_torch import train_sft
+
+    rows = [lookup_row(3000 + i) for i in range(8)]
+    result = train_sft(tiny_dir, rows, tmp_path / "lora", epochs=1, learning_rate=1e-3, batch_size=4, seed=0,
+                       lora=True, lora_rank=4, max_steps=2, progress=False, log_every=1)
+    assert result.kind == "lora" and result.optimizer_steps == 2
+    assert [s for s, _ in result.loss_history] == [1, 2]
+    assert (tmp_path / "lora" / "adapter_model.safetensors").is_file()
+    raw = (tmp_path / "lora" / "adapter_config.json").read_text()
+    config = json.loads(raw)
+    assert config["target_modules"] == sorted(config["target_modules"]) and len(config["target_modules"]) == 7
+    assert list(config) == sorted(config) and config["r"] == 4 and config["lora_alpha"] == 8
+    assert (tmp_path / "lora" / "tokenizer.json").is_file()
+
+
+@pytest.mark.slow
+def test_full_weight_training_learns_tool_calls_for_unseen_ids(tmp_path: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trainers.generation import generate_turn
+    from trainers.local_torch import train_sft
+
+    ids = list(range(1000, 10000))
+    random.Random(0).shuffle(ids)
+    train_ids, test_ids = ids[:300], ids[300:310]
+    rows = [lookup_row(i) for i in train_ids]
+    base = build_tiny_model(row_texts(rows), tmp_path / "base", seed=0, vocab_size=1024)
+    result = train_sft(base, rows, tmp_path / "sft", epochs=1, learning_rate=3e-3, batch_size=16, seed=0,
+                       lora=False, lora_rank=0, max_length=512, max_steps=300, progress=False, log_every=25)
+    assert result.kind == "full" and result.optimizer_steps == 300
+    first, last = result.loss_history[0][1], result.loss_history[-1][1]
+    assert last < 0.2 * first
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "sft")
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "sft", use_safetensors=True, dtype=torch.float32)
+    correct = 0
+    for order_id in test_ids:
+        messages = lookup_row(order_id)["messages"][:2]
+        parsed = parse_assistant_output(generate_turn(model, tokenizer, messages, [GET_ORDER]))
+        correct += parsed.tool_calls == [{"name": "get_order", "arguments": {"order_id": order_id}}]
+    assert correct >= 8
