@@ -1,0 +1,57 @@
+"""The one training configuration object, resolved from defaults plus flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TrainConfig(BaseModel):
+    """Everything a training run needs; written to plan.json and beside every checkpoint and export."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    kit: Path
+    """Kit directory or archive."""
+    data: Path | None = None
+    """SFT rows (defaults to the kit's sft.jsonl)."""
+    base: str = "Qwen/Qwen3-8B"
+    """Catalog id or local model directory."""
+    revision: str | None = None
+    """Pinned revision of a hub base."""
+    method: Literal["sft", "grpo"] = "grpo"
+    """Training method."""
+    target: Literal["local-torch", "local-mlx", "runpod"] = "local-mlx"
+    """Where training runs."""
+    out: Path = Path("out/train")
+    """Output directory."""
+    dry_run: bool = False
+    """Plan only: validate, count tokens, write plan.json."""
+    full: bool = False
+    """Train all weights instead of a LoRA adapter."""
+    lora_rank: int = Field(16, ge=1, le=512)
+    """LoRA rank."""
+    epochs: float = Field(8, gt=0)
+    """SFT epochs."""
+    steps: int = Field(100, ge=1)
+    """GRPO steps."""
+    seed: int = 42
+    """Seed for data order, initialisation and sampling."""
+    learning_rate: float = Field(2e-4, gt=0)
+    """Peak learning rate."""
+    batch_size: int = Field(8, ge=1)
+    """Rows per optimizer step."""
+    max_length: int = Field(1024, ge=64)
+    """Longest row in tokens; longer rows are an error, never dropped."""
+    packing: bool = False
+    """Pack rows (padding-free, no cross-example attention)."""
+    merge: bool = False
+    """Also export the merged model."""
+    max_turns: int = Field(6, ge=1)
+    """Turn cap of an evaluation episode."""
+    max_new_tokens: int = Field(128, ge=8)
+    """Tokens per generated assistant turn."""
+    eval_limit: int | None = Field(None, ge=1)
+    """Evaluate at most this many held-out cases (default: all)."""
