@@ -11,6 +11,7 @@ from typing import Any
 
 import typer
 
+from blobkit import cli_train
 from blobkit.errors import BlobkitError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -125,15 +126,7 @@ def verify(kit: Path = typer.Argument(..., help="Kit directory or .tar.zst archi
         raise typer.Exit(1)
 
 
-def _register_training() -> None:
-    try:
-        from blobkit import cli_train
-    except ImportError:  # the training extras are optional
-        return
-    cli_train.register(app)
-
-
-_register_training()
+cli_train.register(app)
 
 
 def main() -> None:

@@ -1,0 +1,104 @@
+"""Training configuration, catalog errors, dry-run validation and export manifests (no training here)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from blobkit.build import BuildConfig, build_kit
+from blobkit.errors import ChecksumError, ConfigError, TargetUnavailableError
+from blobkit.kitfiles import open_kit
+from trainers.catalog import CATALOG, resolve_base
+from trainers.config import TrainConfig
+from trainers.export import export_model, verify_export
+from trainers.pipeline import check_target, plan
+
+
+@pytest.fixture(scope="module")
+def kit_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from conftest import write_world
+    from worlds import small_world
+
+    root = tmp_path_factory.mktemp("trainkit")
+    record = build_kit(write_world(root / "src", small_world()), root / "out",
+                       BuildConfig(train_cases_per_task=4, eval_cases_per_task=2))
+    return Path(record["kit"]["path"])
+
+
+def test_defaults_follow_the_seed_product() -> None:
+    config = TrainConfig(kit=Path("k"))
+    assert (config.base, config.method, config.target, config.lora_rank, config.steps, config.epochs,
+            config.seed) == ("Qwen/Qwen3-8B", "grpo", "local-mlx", 16, 100, 8, 42)
+
+
+def test_unknown_config_fields_are_refused() -> None:
+    with pytest.raises(ValueError):
+        TrainConfig.model_validate({"kit": "k", "learning_rte": 1})
+
+
+def test_catalog_covers_the_promised_families() -> None:
+    ids = {entry.id for entry in CATALOG}
+    assert {"Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen3-8B", "meta-llama/Llama-3.2-1B-Instruct"} <= ids
+    assert any(i.startswith("LiquidAI/LFM2") for i in ids)
+
+
+def test_a_base_outside_the_catalog_lists_the_accepted_ids() -> None:
+    with pytest.raises(ConfigError, match="Qwen/Qwen3-8B"):
+        resolve_base("someone/secret-model")
+
+
+@pytest.mark.parametrize(("method", "target"), [("grpo", "local-torch"), ("sft", "local-mlx"), ("sft", "runpod")])
+def test_targets_not_yet_landed_fail_clearly(method: str, target: str) -> None:
+    with pytest.raises(TargetUnavailableError):
+        check_target(TrainConfig(kit=Path("k"), method=method, target=target))  # type: ignore[arg-type]
+
+
+def test_dry_run_writes_a_plan(kit_path: Path, tmp_path: Path) -> None:
+    config = TrainConfig(kit=kit_path, base="Qwen/Qwen2.5-0.5B-Instruct", method="sft", target="local-torch",
+                         out=tmp_path, dry_run=True)
+    with open_kit(kit_path) as kit:
+        rows = kit.jsonl("sft.jsonl")
+        record = plan(config, kit, rows, kit.path("sft.jsonl"))
+    saved = json.loads((tmp_path / "plan.json").read_text())
+    assert saved == record and record["rows"] == len(rows) and record["vram_estimate_gb"] == 4
+
+
+def _bad_rows(rows: list[dict[str, Any]], change: str) -> list[dict[str, Any]]:
+    row = json.loads(json.dumps(rows[0]))
+    call = next(m for m in row["messages"] if m.get("tool_calls"))["tool_calls"][0]["function"]
+    if change == "unknown tool":
+        call["name"] = "teleport"
+    else:
+        call["arguments"] = {key: "not-a-number" for key in call["arguments"]} or {"bogus": 1}
+    return [row]
+
+
+@pytest.mark.parametrize("change", ["unknown tool", "bad arguments"])
+def test_dry_run_refuses_invalid_rows(kit_path: Path, tmp_path: Path, change: str) -> None:
+    config = TrainConfig(kit=kit_path, base="Qwen/Qwen2.5-0.5B-Instruct", method="sft", target="local-torch",
+                         out=tmp_path / "o", dry_run=True)
+    with open_kit(kit_path) as kit:
+        rows = [r for r in kit.jsonl("sft.jsonl") if any(m.get("tool_calls") for m in r["messages"])]
+        with pytest.raises(ConfigError):
+            plan(config, kit, _bad_rows(rows, change), kit.path("sft.jsonl"))
+    assert not (tmp_path / "o" / "plan.json").exists()
+
+
+def test_a_tampered_export_is_refused(tmp_path: Path) -> None:
+    trained = tmp_path / "trained"
+    trained.mkdir()
+    (trained / "model.safetensors").write_bytes(b"weights")
+    (trained / "config.json").write_text("{}")
+    export = export_model(trained, tmp_path / "export", kind="full", config={}, base={"source": "local"},
+                          kit_sha256="0" * 64)
+    assert verify_export(export)["kind"] == "full"
+    (export / "model.safetensors").write_bytes(b"weightz")
+    with pytest.raises(ChecksumError):
+        verify_export(export)
+    (export / "model.safetensors").write_bytes(b"weights")
+    (export / "pytorch_model.bin").write_bytes(b"pickle")
+    with pytest.raises(ChecksumError):
+        verify_export(export)

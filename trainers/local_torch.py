@@ -1,0 +1,232 @@
+"""Local supervised fine-tuning with TRL's ``SFTTrainer`` (CPU or a single CUDA device).
+
+Rows are conversational tool-calling rows (``messages`` + ``tools``; ``metadata`` is dropped).
+Loss is on assistant tokens only (the chat template carries ``{% generation %}`` markers).
+Every row is token-counted before training and an over-long row is an error: TRL would
+otherwise truncate it, or drop it when truncation leaves no assistant token, without a word.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from blobkit.canonical import atomic_write_text, canonical_json
+from blobkit.errors import ConfigError, TrainerError
+
+TRAINING_KEYS = ("messages", "tools")
+
+
+@dataclass(frozen=True)
+class SFTResult:
+    """What a finished SFT run reports."""
+
+    loss_history: list[tuple[int, float]]
+    optimizer_steps: int
+    train_seconds: float
+    output_dir: Path
+    kind: Literal["lora", "full"]
+
+
+def _training_row(row: dict[str, Any]) -> dict[str, Any]:
+    if not isinstance(row.get("messages"), list) or not row["messages"]:
+        raise ConfigError("every training row needs a non-empty 'messages' list")
+    return {"messages": row["messages"], "tools": row.get("tools") or []}
+
+
+def count_row_tokens(tokenizer: Any, row: dict[str, Any]) -> int:
+    """Number of tokens the chat template gives ``row`` (as the trainer will tokenize it)."""
+    clean = _training_row(row)
+    ids = tokenizer.apply_chat_template(
+        clean["messages"], tools=clean["tools"] or None, tokenize=True, return_dict=False
+    )
+    if isinstance(ids, dict) or hasattr(ids, "keys"):
+        ids = ids["input_ids"]
+    return len(ids)
+
+
+def _check_lengths(tokenizer: Any, rows: list[dict[str, Any]], max_length: int) -> list[int]:
+    counts = [count_row_tokens(tokenizer, row) for row in rows]
+    over = [(i, n) for i, n in enumerate(counts) if n > max_length]
+    if over:
+        shown = ", ".join(f"row {i}: {n}" for i, n in over[:5])
+        more = f" and {len(over) - 5} more" if len(over) > 5 else ""
+        raise ConfigError(
+            f"{len(over)} of {len(rows)} rows exceed max_length={max_length} tokens ({shown}{more}); "
+            "raise max_length or shorten the rows (no row is dropped silently)"
+        )
+    return counts
+
+
+def _make_dataset(rows: list[dict[str, Any]]) -> Any:
+    """A datasets.Dataset whose ``messages`` and ``tools`` are Json features.
+
+    Arrow struct inference would unify the keys of differently-shaped tool schemas and
+    tool-call arguments across rows; Json columns keep every row exactly as given.
+    """
+    from datasets import Dataset, Features, Json
+
+    return Dataset.from_list(
+        [_training_row(r) for r in rows], features=Features({"messages": Json(), "tools": Json()})
+    )
+
+
+def _canonicalise_adapter_config(path: Path) -> None:
+    config = json.loads(path.read_text(encoding="utf-8"))
+    targets = config.get("target_modules")
+    if isinstance(targets, list):
+        config["target_modules"] = sorted(targets)
+    atomic_write_text(path, json.dumps(json.loads(canonical_json(config)), indent=2, sort_keys=True) + "\n")
+
+
+def train_sft(
+    model_dir: Path,
+    rows: list[dict[str, Any]],
+    out_dir: Path,
+    *,
+    epochs: float,
+    learning_rate: float,
+    batch_size: int,
+    seed: int,
+    lora: bool,
+    lora_rank: int,
+    lora_alpha: int | None = None,
+    max_length: int = 1024,
+    packing: bool = False,
+    max_steps: int | None = None,
+    progress: bool = True,
+    log_every: int = 10,
+    lr_scheduler_type: str = "linear",
+    warmup_ratio: float = 0.0,
+    weight_decay: float = 0.0,
+    callbacks: Sequence[Any] = (),
+) -> SFTResult:
+    """Fine-tune the model in ``model_dir`` on ``rows`` and save the result to ``out_dir``.
+
+    ``lora=True`` trains and saves a LoRA adapter (``adapter_model.safetensors`` +
+    canonical ``adapter_config.json``); ``lora=False`` trains all weights and saves the full
+    model with safetensors. The tokenizer is always saved next to it. ``max_steps`` (when
+    given) overrides ``epochs``. ``callbacks`` are extra ``transformers.TrainerCallback`` objects.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import SFTConfig, SFTTrainer
+
+    if not rows:
+        raise ConfigError("train_sft needs at least one row")
+    if batch_size < 1 or learning_rate <= 0 or (max_steps is None and epochs <= 0):
+        raise ConfigError("batch_size must be >= 1, learning_rate > 0, and epochs > 0 unless max_steps is set")
+    if max_steps is not None and max_steps < 1:
+        raise ConfigError("max_steps must be >= 1 when given")
+    if not 0.0 <= warmup_ratio < 1.0:
+        raise ConfigError("warmup_ratio must be in [0, 1)")
+    if lora and lora_rank < 1:
+        raise ConfigError("lora_rank must be >= 1")
+    model_dir = Path(model_dir)
+    out_dir = Path(out_dir)
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if not tokenizer.chat_template:
+        raise ConfigError(f"the tokenizer in {model_dir} has no chat template")
+    _check_lengths(tokenizer, rows, max_length)
+    dataset = _make_dataset(rows)
+
+    cuda = torch.cuda.is_available()
+    bf16 = bool(cuda and torch.cuda.is_bf16_supported())
+    model = AutoModelForCausalLM.from_pretrained(
+        model_dir, use_safetensors=True, dtype=torch.bfloat16 if bf16 and lora else torch.float32
+    )
+
+    peft_config = None
+    if lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(
+            r=lora_rank,
+            lora_alpha=lora_alpha if lora_alpha is not None else 2 * lora_rank,
+            target_modules="all-linear",
+            task_type="CAUSAL_LM",
+            lora_dropout=0.0,
+        )
+
+    losses: list[tuple[int, float]] = []
+
+    class _LossRecorder(TrainerCallback):  # type: ignore[misc]
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any) -> None:
+            if logs and "loss" in logs:
+                losses.append((int(state.global_step), float(logs["loss"])))
+
+    with tempfile.TemporaryDirectory(prefix="blobkit-sft-") as scratch:
+        args = SFTConfig(
+            output_dir=scratch,
+            num_train_epochs=float(epochs),
+            max_steps=max_steps if max_steps is not None else -1,
+            per_device_train_batch_size=batch_size,
+            gradient_accumulation_steps=1,
+            learning_rate=learning_rate,
+            lr_scheduler_type=lr_scheduler_type,
+            # transformers 5 dropped ``warmup_ratio``: a float in [0, 1) for ``warmup_steps`` is a ratio.
+            warmup_steps=warmup_ratio,
+            weight_decay=weight_decay,
+            optim="adamw_torch",
+            seed=seed,
+            data_seed=seed,
+            bf16=bf16,
+            fp16=False,
+            use_cpu=not cuda,
+            # TRL defaults ``gradient_checkpointing=True``; transformers 5 renamed it, and only setting the
+            # new name both turns it off and avoids the deprecation warning.
+            activation_checkpointing=False,
+            max_length=max_length,
+            packing=packing,
+            assistant_only_loss=True,
+            logging_strategy="steps",
+            logging_steps=max(1, log_every),
+            logging_first_step=True,
+            save_strategy="no",
+            report_to="none",
+            disable_tqdm=not progress,
+            dataloader_num_workers=0,
+            dataloader_pin_memory=cuda,
+            dataset_num_proc=None,
+        )
+        trainer = SFTTrainer(
+            model=model,
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            callbacks=[_LossRecorder(), *callbacks],
+        )
+        if not packing and len(trainer.train_dataset) != len(rows):
+            raise TrainerError(
+                f"the trainer kept {len(trainer.train_dataset)} of {len(rows)} rows after preparation"
+            )
+        start = time.perf_counter()
+        trainer.train()
+        seconds = time.perf_counter() - start
+        steps = int(trainer.state.global_step)
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    trained = trainer.model
+    if lora:
+        trained.save_pretrained(out_dir, safe_serialization=True)
+        adapter_config = out_dir / "adapter_config.json"
+        if not (out_dir / "adapter_model.safetensors").is_file() or not adapter_config.is_file():
+            raise TrainerError(f"the LoRA adapter was not written to {out_dir}")
+        _canonicalise_adapter_config(adapter_config)
+    else:
+        trained.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+    return SFTResult(
+        loss_history=losses,
+        optimizer_steps=steps,
+        train_seconds=seconds,
+        output_dir=out_dir,
+        kind="lora" if lora else "full",
+    )

@@ -1,0 +1,174 @@
+"""A tiny, seeded Qwen2-architecture model and tokenizer built locally, without the hub.
+
+:func:`build_tiny_model` trains a byte-level BPE on the given texts and saves a
+``Qwen2Tokenizer`` plus a randomly initialised ``Qwen2ForCausalLM`` to a folder that loads back
+with ``AutoTokenizer.from_pretrained`` / ``AutoModelForCausalLM.from_pretrained``.
+
+The BPE is trained with exactly the normaliser and pre-tokeniser that ``Qwen2Tokenizer``
+rebuilds on load (NFC, Qwen's split regex, which isolates every digit, then ByteLevel): in
+transformers 5 ``AutoTokenizer`` picks the class from ``config.json``'s ``model_type`` and that
+class reconstructs its pipeline from ``vocab`` + ``merges``, so any other pre-tokeniser would
+reload with different ids.
+
+Same texts, same seed, same arguments → byte-identical files.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from blobkit.errors import ConfigError
+
+TEMPLATE_PATH = Path(__file__).parent / "templates" / "qwen2_5.jinja"
+
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+END_OF_TEXT = "<|endoftext|>"
+SPECIAL_TOKENS: tuple[str, ...] = (END_OF_TEXT, IM_START, IM_END)
+# Tags the Qwen2.5 template emits; added (non-special) tokens so they are single ids that survive
+# ``decode(skip_special_tokens=True)``, as in the real Qwen2.5 tokenizer.
+TAG_TOKENS: tuple[str, ...] = (
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+    "<tools>",
+    "</tools>",
+)
+
+
+def chat_template() -> str:
+    """The training chat template (TRL's Qwen2.5 template with ``{% generation %}`` markers)."""
+    return TEMPLATE_PATH.read_text(encoding="utf-8")
+
+
+def _template_tokenizer() -> Any:
+    """A vocabulary-less Qwen2 tokenizer carrying the chat template, for rendering text only."""
+    from transformers import Qwen2Tokenizer
+
+    tok = Qwen2Tokenizer(eos_token=IM_END, pad_token=END_OF_TEXT)
+    tok.chat_template = chat_template()
+    return tok
+
+
+def row_texts(rows: Iterable[dict[str, Any]]) -> list[str]:
+    """Render training rows (``messages`` + ``tools``) through the chat template, as tokenizer-training text."""
+    tok = _template_tokenizer()
+    out: list[str] = []
+    for row in rows:
+        out.append(
+            tok.apply_chat_template(row["messages"], tools=row.get("tools") or None, tokenize=False)
+        )
+    return out
+
+
+def _train_bpe(texts: list[str], vocab_size: int) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """Train a byte-level BPE with Qwen2's pipeline; return (vocab, merges)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    reference = _template_tokenizer().backend_tokenizer
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.normalizer = reference.normalizer
+    tokenizer.pre_tokenizer = reference.pre_tokenizer
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        show_progress=False,
+        special_tokens=[*SPECIAL_TOKENS, *TAG_TOKENS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    model = json.loads(tokenizer.to_str())["model"]
+    vocab: dict[str, int] = dict(model["vocab"])
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+    return vocab, merges  # type: ignore[return-value]
+
+
+def build_tokenizer(texts: Iterable[str], *, vocab_size: int = 2048) -> Any:
+    """Train the BPE on ``texts`` and wrap it in a ``Qwen2Tokenizer`` with the chat template."""
+    from tokenizers import AddedToken
+    from transformers import Qwen2Tokenizer
+
+    corpus = [t for t in texts if t]
+    if not corpus:
+        raise ConfigError("build_tiny_model needs at least one non-empty text to train the tokenizer on")
+    floor = 256 + len(SPECIAL_TOKENS) + len(TAG_TOKENS)
+    if vocab_size < floor:
+        raise ConfigError(f"vocab_size must be at least {floor} (byte alphabet plus special tokens)")
+    vocab, merges = _train_bpe(corpus, vocab_size)
+    tok = Qwen2Tokenizer(
+        vocab=vocab,
+        merges=merges,
+        unk_token=None,
+        bos_token=None,
+        eos_token=IM_END,
+        pad_token=END_OF_TEXT,
+        model_max_length=32768,
+        errors="replace",
+    )
+    tok.add_special_tokens(
+        {"additional_special_tokens": [AddedToken(t, special=True, normalized=False) for t in (IM_START,)]}
+    )
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAG_TOKENS])
+    tok.chat_template = chat_template()
+    for token in (*SPECIAL_TOKENS, *TAG_TOKENS):
+        ids = tok.encode(token, add_special_tokens=False)
+        if len(ids) != 1 or ids[0] != vocab[token]:
+            raise ConfigError(f"tokenizer did not keep {token!r} as one token (got {ids})")
+    return tok
+
+
+def build_tiny_model(
+    texts: Iterable[str],
+    out_dir: Path,
+    *,
+    seed: int = 0,
+    hidden_size: int = 128,
+    num_layers: int = 4,
+    num_heads: int = 4,
+    vocab_size: int = 2048,
+    intermediate_size: int | None = None,
+    max_position_embeddings: int = 4096,
+) -> Path:
+    """Train a tokenizer on ``texts``, build a seeded random ``Qwen2ForCausalLM`` and save both to ``out_dir``.
+
+    Returns ``out_dir``. Weights are drawn from a forked torch RNG, so the caller's global RNG
+    state is left untouched. Files are written with safetensors.
+    """
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    if hidden_size % num_heads:
+        raise ConfigError(f"hidden_size {hidden_size} is not divisible by num_heads {num_heads}")
+    out_dir = Path(out_dir)
+    tok = build_tokenizer(texts, vocab_size=vocab_size)
+    n_vocab = len(tok)
+    padded_vocab = -(-n_vocab // 64) * 64
+    config = Qwen2Config(
+        vocab_size=padded_vocab,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size or 4 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        use_cache=True,
+        dtype="float32",
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.generation_config.bos_token_id = None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tok.save_pretrained(out_dir)
+    return out_dir
