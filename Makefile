@@ -6,7 +6,7 @@ OUT ?= out/demo
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: venv test fast-test lint demo schema examples bench clean
+.PHONY: venv test test-slow lint demo schema examples bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -23,10 +23,10 @@ lint: venv
 	$(BIN)/mypy
 
 test: lint
-	$(BIN)/pytest
-
-fast-test: lint
 	$(BIN)/pytest -m "not slow"
+
+test-slow: lint
+	$(BIN)/pytest -m slow
 
 demo: venv
 	$(PY) -m blobkit.demo --out $(OUT)
