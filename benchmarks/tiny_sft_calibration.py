@@ -148,10 +148,12 @@ TASK_TOOLS = {"lookup": ("get_order",), "chain": ("find_customer", "close_accoun
 
 
 def tools_for(case: Case, scope: str, compact: bool) -> list[dict[str, Any]]:
-    """The tool specs a row declares: every tool (``scope="all"``) or only the task's (``"task"``).
+    """The tool specs a row declares: every tool (``scope="all"``), only the task's (``"task"``) or none.
 
     ``compact`` drops the per-parameter descriptions (shorter rows, same tool-calling skill).
     """
+    if scope == "none":
+        return []
     names = [t["function"]["name"] for t in TOOLS] if scope == "all" else list(TASK_TOOLS[case.kind])
     out = []
     for spec in TOOLS:
@@ -278,6 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--intermediate", type=int, default=0, help="MLP width (0: 4 x hidden)")
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--rope-theta", type=float, default=10000.0)
+    p.add_argument("--init-std", type=float, default=0.0,
+                   help="initializer_range of the random weights (0: build_tiny_model's default)")
     p.add_argument("--vocab", type=int, default=1024)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--batch", type=int, default=16)
@@ -286,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=float, default=0.05)
     p.add_argument("--max-length", type=int, default=512)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--tools", choices=("all", "task"), default="all", help="tools declared per row")
+    p.add_argument("--tools", choices=("all", "task", "none"), default="all", help="tools declared per row")
     p.add_argument("--compact", action="store_true", help="drop per-parameter descriptions from tool specs")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: leave default)")
     p.add_argument("--workdir", type=Path, default=None)
@@ -310,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     base = work / "base"
     t0 = time.perf_counter()
     build_tiny_model(row_texts(rows), base, seed=a.seed, hidden_size=a.hidden, num_layers=a.layers,
-                     num_heads=a.heads, vocab_size=a.vocab)
+                     num_heads=a.heads, vocab_size=a.vocab, intermediate_size=a.intermediate or None,
+                     rope_theta=a.rope_theta, initializer_range=a.init_std or None)
     build_seconds = time.perf_counter() - t0
 
     from transformers import AutoTokenizer
@@ -322,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     result = train_sft(base, rows, work / "sft", epochs=1.0, learning_rate=a.lr, batch_size=a.batch,
                        seed=a.seed, lora=False, lora_rank=0, max_length=a.max_length, max_steps=a.steps,
                        progress=not a.quiet, log_every=50, lr_scheduler_type=a.scheduler,
-                       warmup_ratio=a.warmup, callbacks=[probe])
+                       warmup_ratio=a.warmup, weight_decay=a.weight_decay, callbacks=[probe])
     scores = evaluate(work / "sft", test_cases, a.tools, a.compact)
     from transformers import AutoModelForCausalLM
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from blobkit.canonical import atomic_write_text, canonical_json
+from blobkit.canonical import atomic_write_json
 from blobkit.errors import ConfigError, TrainerError
 
 TRAINING_KEYS = ("messages", "tools")
@@ -63,8 +63,8 @@ def _check_lengths(tokenizer: Any, rows: list[dict[str, Any]], max_length: int) 
     return counts
 
 
-def _make_dataset(rows: list[dict[str, Any]]) -> Any:
-    """A datasets.Dataset whose ``messages`` and ``tools`` are Json features.
+def rows_to_dataset(rows: list[dict[str, Any]]) -> Any:
+    """A ``datasets.Dataset`` of the rows' ``messages`` and ``tools`` (``metadata`` dropped) as Json features.
 
     Arrow struct inference would unify the keys of differently-shaped tool schemas and
     tool-call arguments across rows; Json columns keep every row exactly as given.
@@ -81,7 +81,7 @@ def _canonicalise_adapter_config(path: Path) -> None:
     targets = config.get("target_modules")
     if isinstance(targets, list):
         config["target_modules"] = sorted(targets)
-    atomic_write_text(path, json.dumps(json.loads(canonical_json(config)), indent=2, sort_keys=True) + "\n")
+    atomic_write_json(path, config)
 
 
 def train_sft(
@@ -134,7 +134,7 @@ def train_sft(
     if not tokenizer.chat_template:
         raise ConfigError(f"the tokenizer in {model_dir} has no chat template")
     _check_lengths(tokenizer, rows, max_length)
-    dataset = _make_dataset(rows)
+    dataset = rows_to_dataset(rows)
 
     cuda = torch.cuda.is_available()
     bf16 = bool(cuda and torch.cuda.is_bf16_supported())

@@ -107,7 +107,6 @@ def build_tokenizer(texts: Iterable[str], *, vocab_size: int = 2048) -> Any:
         eos_token=IM_END,
         pad_token=END_OF_TEXT,
         model_max_length=32768,
-        errors="replace",
     )
     tok.add_special_tokens(
         {"additional_special_tokens": [AddedToken(t, special=True, normalized=False) for t in (IM_START,)]}
@@ -132,17 +131,26 @@ def build_tiny_model(
     vocab_size: int = 2048,
     intermediate_size: int | None = None,
     max_position_embeddings: int = 4096,
+    rope_theta: float = 10000.0,
+    initializer_range: float | None = None,
 ) -> Path:
     """Train a tokenizer on ``texts``, build a seeded random ``Qwen2ForCausalLM`` and save both to ``out_dir``.
 
     Returns ``out_dir``. Weights are drawn from a forked torch RNG, so the caller's global RNG
     state is left untouched. Files are written with safetensors.
+
+    ``initializer_range`` defaults to ``0.75 / sqrt(hidden_size)`` (0.066 at 128, 0.094 at 64), not
+    Qwen2's 0.02: with 0.02 a from-scratch model of this size sits on a loss plateau for
+    ~1,000-1,500 steps before it learns to copy ids from its context (attention stays uniform), and
+    with the larger scale it leaves it within ~200 (see benchmarks/tiny_sft_calibration.py).
     """
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     if hidden_size % num_heads:
         raise ConfigError(f"hidden_size {hidden_size} is not divisible by num_heads {num_heads}")
+    if initializer_range is None:
+        initializer_range = round(0.75 * hidden_size**-0.5, 4)
     out_dir = Path(out_dir)
     tok = build_tokenizer(texts, vocab_size=vocab_size)
     n_vocab = len(tok)
@@ -155,6 +163,8 @@ def build_tiny_model(
         num_attention_heads=num_heads,
         num_key_value_heads=num_heads,
         max_position_embeddings=max_position_embeddings,
+        rope_parameters={"rope_type": "default", "rope_theta": float(rope_theta)},
+        initializer_range=initializer_range,
         tie_word_embeddings=True,
         bos_token_id=None,
         eos_token_id=tok.eos_token_id,
