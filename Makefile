@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	# torch first, pinned to the CPU build this project is tested with (on a GPU machine pip picks CUDA wheels)
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[train,dev]'
+	$(PY) -m pip install -q -e '.[train,mlx,dev]'
 	touch $@
 
 venv: $(VENV)/.installed
