@@ -55,3 +55,21 @@ class TrainConfig(BaseModel):
     """Tokens per generated assistant turn."""
     eval_limit: int | None = Field(None, ge=1)
     """Evaluate at most this many held-out cases (default: all)."""
+    init_adapter: Path | None = None
+    """An export (``OUT/export`` of an SFT run) that GRPO warm-starts from."""
+    group_size: int = Field(2, ge=2)
+    """GRPO attempts per prompt (the company worker default is 2)."""
+    temperature: float = Field(1.0, gt=0)
+    """Sampling temperature of GRPO rollouts."""
+    max_model_calls: int | None = Field(None, ge=1)
+    """Stop GRPO cleanly at a step boundary after this many model calls (generate turns)."""
+    max_minutes: float | None = Field(None, gt=0)
+    """Stop training cleanly at a step boundary after this many active minutes."""
+    confirm_spend: bool = False
+    """Allow a paid target (runpod) to create resources that cost money."""
+    max_hours: float = Field(2.0, gt=0)
+    """runpod: the pod terminates itself (and the host terminates it) after this many hours."""
+    gpu_type: str = "NVIDIA GeForce RTX 4090"
+    """runpod: GPU type id from RunPod's catalog."""
+    gpu_count: int = Field(1, ge=1, le=8)
+    """runpod: GPUs per pod."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -31,6 +31,8 @@ class SFTResult:
     train_seconds: float
     output_dir: Path
     kind: Literal["lora", "full"]
+    stopped_by: str | None = None
+    """Why training stopped before its planned steps (a budget or a cancellation), else None."""
 
 
 def _training_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -105,6 +107,7 @@ def train_sft(
     warmup_ratio: float = 0.0,
     weight_decay: float = 0.0,
     callbacks: Sequence[Any] = (),
+    stop: Callable[[], str | None] | None = None,
 ) -> SFTResult:
     """Fine-tune the model in ``model_dir`` on ``rows`` and save the result to ``out_dir``.
 
@@ -112,6 +115,8 @@ def train_sft(
     canonical ``adapter_config.json``); ``lora=False`` trains all weights and saves the full
     model with safetensors. The tokenizer is always saved next to it. ``max_steps`` (when
     given) overrides ``epochs``. ``callbacks`` are extra ``transformers.TrainerCallback`` objects.
+    ``stop`` is polled after every optimizer step; when it returns a reason, training ends at that
+    step boundary, the model trained so far is saved, and the reason is ``SFTResult.stopped_by``.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -161,6 +166,15 @@ def train_sft(
             if logs and "loss" in logs:
                 losses.append((int(state.global_step), float(logs["loss"])))
 
+    stopped: list[str] = []
+
+    class _StopHook(TrainerCallback):  # type: ignore[misc]
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            reason = stop() if stop is not None else None
+            if reason:
+                stopped.append(reason)
+                control.should_training_stop = True
+
     with tempfile.TemporaryDirectory(prefix="blobkit-sft-") as scratch:
         args = SFTConfig(
             output_dir=scratch,
@@ -201,7 +215,7 @@ def train_sft(
             train_dataset=dataset,
             processing_class=tokenizer,
             peft_config=peft_config,
-            callbacks=[_LossRecorder(), *callbacks],
+            callbacks=[_LossRecorder(), _StopHook(), *callbacks],
         )
         if not packing and len(trainer.train_dataset) != len(rows):
             raise TrainerError(
@@ -229,4 +243,5 @@ def train_sft(
         train_seconds=seconds,
         output_dir=out_dir,
         kind="lora" if lora else "full",
+        stopped_by=stopped[0] if stopped else None,
     )

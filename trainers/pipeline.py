@@ -126,8 +126,12 @@ def _plot(out: Path, loss: list[tuple[int, float]], evals: dict[str, Any]) -> No
 
 
 def train_local_torch(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: dict[str, Any],
-                      log: Log) -> dict[str, Any]:
-    """Run the whole SFT path and write eval.json, the loss plot and the export."""
+                      log: Log, stop: Callable[[], str | None] | None = None) -> dict[str, Any]:
+    """Run the whole SFT path and write eval.json, the loss plot and the export.
+
+    ``stop`` is polled at every optimizer step (budgets, cancellation); training then ends at that
+    step boundary, the partial model is still exported and evaluated, and ``stopped_by`` says why.
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from .export import export_model, load_export
@@ -145,7 +149,7 @@ def train_local_torch(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]],
     result = train_sft(Path(base["name_or_path"]), rows, checkpoint, epochs=config.epochs,
                        learning_rate=config.learning_rate, batch_size=config.batch_size, seed=config.seed,
                        lora=not config.full, lora_rank=config.lora_rank, max_length=config.max_length,
-                       packing=config.packing)
+                       packing=config.packing, stop=stop)
     config_json = json.loads(config.model_dump_json())
     atomic_write_json(checkpoint / "train_config.json", config_json)
     export = export_model(checkpoint, config.out / "export", kind=result.kind, config=config_json, base=base,
@@ -153,7 +157,7 @@ def train_local_torch(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]],
     model, tokenizer, _ = load_export(export)
     sft_eval, sft_results = _evaluate(model, tokenizer, loaded, cases, config, log, "sft")
     evals = {"base": base_eval, "sft": sft_eval}
-    report = {**evals, "optimizer_updates": result.optimizer_steps, "train_seconds": round(result.train_seconds, 1),
+    report = {**evals, "optimizer_updates": result.optimizer_steps, "stopped_by": result.stopped_by, "train_seconds": round(result.train_seconds, 1),
               "loss_history": result.loss_history, "kit_sha256": kit.sha256,
               "sft_minus_base": round(sft_eval["pass_rate"] - base_eval["pass_rate"], 4)}
     atomic_write_json(config.out / "eval.json", report)
