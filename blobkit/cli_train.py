@@ -71,6 +71,17 @@ def train(kit: Path = typer.Option(..., "--world", "--kit", help="Kit directory 
           max_length: int = typer.Option(1024, "--max-length"),
           packing: bool = typer.Option(False, "--packing"),
           eval_limit: int | None = typer.Option(None, "--eval-limit", help="Evaluate at most N held-out cases."),
+          max_turns: int = typer.Option(6, "--max-turns", help="Turn cap of an episode."),
+          max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Tokens per generated turn."),
+          init_adapter: Path | None = typer.Option(None, "--init-adapter", help="GRPO: warm-start from this export."),
+          group_size: int = typer.Option(2, "--group-size", help="GRPO: attempts per prompt."),
+          temperature: float = typer.Option(1.0, "--temperature", help="GRPO: rollout sampling temperature."),
+          max_model_calls: int | None = typer.Option(None, "--max-model-calls", help="GRPO: model-call budget."),
+          max_minutes: float | None = typer.Option(None, "--max-minutes", help="Active-minutes budget."),
+          confirm_spend: bool = typer.Option(False, "--confirm-spend", help="runpod: allow paid resources."),
+          max_hours: float = typer.Option(2.0, "--max-hours", help="runpod: hard limit on pod lifetime."),
+          gpu_type: str = typer.Option("NVIDIA GeForce RTX 4090", "--gpu-type", help="runpod: GPU type id."),
+          gpu_count: int = typer.Option(1, "--gpu-count", help="runpod: GPUs per pod."),
           as_json: bool = typer.Option(False, "--json")) -> None:
     """Train a model on a kit (local-torch SFT), evaluate base vs SFT on held-out cases, export it.
 
@@ -78,14 +89,16 @@ def train(kit: Path = typer.Option(..., "--world", "--kit", help="Kit directory 
     """
     from blobkit.kitfiles import open_kit
     from trainers.config import TrainConfig
-    from trainers.pipeline import check_target, plan, train_local_torch
+    from trainers.pipeline import check_target, plan, run_training
 
     config = TrainConfig(kit=kit, data=data, base=base, method=method, target=target, out=out, dry_run=dry_run,
                          full=full, lora_rank=lora_rank, epochs=epochs, steps=steps, seed=seed,
                          learning_rate=learning_rate, batch_size=batch_size, max_length=max_length, packing=packing,
-                         eval_limit=eval_limit)
-    if not dry_run:
-        check_target(config)
+                         eval_limit=eval_limit, max_turns=max_turns, max_new_tokens=max_new_tokens,
+                         init_adapter=init_adapter, group_size=group_size, temperature=temperature,
+                         max_model_calls=max_model_calls, max_minutes=max_minutes, confirm_spend=confirm_spend,
+                         max_hours=max_hours, gpu_type=gpu_type, gpu_count=gpu_count)
+    check_target(config)
     with open_kit(kit) as opened:
         data_path = data or opened.path("sft.jsonl")
         rows = _rows(data_path)
@@ -93,15 +106,17 @@ def train(kit: Path = typer.Option(..., "--world", "--kit", help="Kit directory 
         if dry_run:
             result: dict[str, Any] = record
         else:
-            result = train_local_torch(config, opened, rows, record, lambda line: typer.echo(line, err=True))
+            result = run_training(config, opened, rows, record, lambda line: typer.echo(line, err=True))
     if as_json:
         _echo_json(result)
     elif dry_run:
         typer.echo(f"plan written to {out / 'plan.json'}: {record['rows']} rows, "
                    f"{record['estimated_optimizer_steps']} optimizer steps")
     else:
-        typer.echo(f"base {result['base']['pass_rate']:.3f} -> sft {result['sft']['pass_rate']:.3f} "
-                   f"on {result['sft']['cases']} held-out cases; {result['optimizer_updates']} optimizer updates; "
+        rates = " -> ".join(f"{name} {result[name]['pass_rate']:.3f}" for name in ("base", "sft", "rl")
+                            if name in result)
+        cases = next(result[name]["cases"] for name in ("rl", "sft", "base") if name in result)
+        typer.echo(f"{rates} on {cases} held-out cases; {result['optimizer_updates']} optimizer updates; "
                    f"export in {out / 'export'}")
 
 

@@ -50,9 +50,10 @@ def test_a_base_outside_the_catalog_lists_the_accepted_ids() -> None:
         resolve_base("someone/secret-model")
 
 
-@pytest.mark.parametrize(("method", "target"), [("grpo", "local-torch"), ("sft", "local-mlx"), ("sft", "runpod")])
-def test_targets_not_yet_landed_fail_clearly(method: str, target: str) -> None:
-    with pytest.raises(TargetUnavailableError):
+@pytest.mark.parametrize(("method", "target", "advice"), [("grpo", "local-mlx", "local-torch"),
+                                                          ("sft", "runpod", "--init-adapter")])
+def test_method_target_pairs_that_do_not_exist_fail_with_advice(method: str, target: str, advice: str) -> None:
+    with pytest.raises(TargetUnavailableError, match=advice):
         check_target(TrainConfig(kit=Path("k"), method=method, target=target))  # type: ignore[arg-type]
 
 

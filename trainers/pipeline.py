@@ -20,11 +20,33 @@ Log = Callable[[str], None]
 
 
 def check_target(config: TrainConfig) -> None:
-    """Refuse methods and targets that have not landed yet, clearly and without a fallback."""
-    if config.target != "local-torch":
-        raise TargetUnavailableError(f"target {config.target!r} is not available yet; use --target local-torch")
-    if config.method != "sft":
-        raise TargetUnavailableError(f"method {config.method!r} is not available yet; use --method sft")
+    """Refuse method/target pairs that do not exist, clearly and without a fallback."""
+    if config.target == "local-mlx" and config.method != "sft":
+        raise TargetUnavailableError("GRPO does not run on local-mlx; train SFT with --target local-mlx, or run "
+                                     "GRPO with --target local-torch or --target runpod")
+    if config.target == "runpod" and config.method != "grpo":
+        raise TargetUnavailableError("runpod runs GRPO only: train SFT locally first (--target local-torch or "
+                                     "local-mlx), then pass its export with --init-adapter to --method grpo "
+                                     "--target runpod")
+
+
+def run_training(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: dict[str, Any],
+                 log: Log, stop: Callable[[], str | None] | None = None) -> dict[str, Any]:
+    """Dispatch a validated, planned run to its target; every target returns the eval.json record."""
+    check_target(config)
+    if config.target == "runpod":
+        from .runpod import train_runpod
+
+        return train_runpod(config, kit, rows, plan_record, log, stop)
+    if config.target == "local-mlx":
+        from .local_mlx import train_local_mlx
+
+        return train_local_mlx(config, kit, rows, plan_record, log, stop)
+    if config.method == "grpo":
+        from .grpo import train_grpo
+
+        return train_grpo(config, kit, plan_record, log, stop)
+    return train_local_torch(config, kit, rows, plan_record, log, stop)
 
 
 def validate_rows(loaded: LoadedWorld, rows: list[dict[str, Any]]) -> None:
@@ -87,6 +109,10 @@ def plan(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], data_path: P
         "estimated_optimizer_steps": int(steps_per_epoch * config.epochs) if config.method == "sft" else config.steps,
         "vram_estimate_gb": base.vram_estimate_gb(config.method),
     }
+    if config.target == "runpod":
+        from .runpod import launch_plan
+
+        result["runpod"] = launch_plan(config, kit, result)
     atomic_write_json(config.out / "plan.json", result)
     return result
 
