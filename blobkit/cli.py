@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-from blobkit import cli_runpod, cli_train
+from blobkit import cli_company, cli_runpod, cli_train
 from blobkit.errors import BlobkitError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -128,6 +128,7 @@ def verify(kit: Path = typer.Argument(..., help="Kit directory or .tar.zst archi
 
 cli_train.register(app)
 cli_runpod.register(app)
+cli_company.register(app)
 
 
 def main() -> None:

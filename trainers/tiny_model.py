@@ -22,7 +22,7 @@ from typing import Any
 
 from blobkit.errors import ConfigError
 
-TEMPLATE_PATH = Path(__file__).parent / "templates" / "qwen2_5.jinja"
+TEMPLATE_PATH = Path(__file__).parent / "templates" / "tiny_tools.jinja"
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
@@ -41,7 +41,7 @@ TAG_TOKENS: tuple[str, ...] = (
 
 
 def chat_template() -> str:
-    """The training chat template (TRL's Qwen2.5 template with ``{% generation %}`` markers)."""
+    """The tiny model's chat template (Qwen2.5 tool-call format, compact tool list, generation markers)."""
     return TEMPLATE_PATH.read_text(encoding="utf-8")
 
 

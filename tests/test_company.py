@@ -1,0 +1,441 @@
+"""`blobkit company` and `blobkit jobs`: inspection, the job store, cancellation, SIGKILL + resume, budgets."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import EXAMPLES, ROOT, write_world
+from typer.testing import CliRunner
+from worlds import small_world
+
+from blobkit.cli import app
+from blobkit.company import CHECKS, STAGES, CompanyConfig, create_job, inspect_source, run_job
+from blobkit.jobs import SCHEMA_VERSION, JobError, JobNotFoundError, JobStore
+
+# Tiny settings: a 32-wide, 2-layer model, 2 training cases and 1 held-out case per task, short episodes.
+TINY: dict[str, Any] = {"train_cases": 2, "eval_cases": 1, "sft_epochs": 1, "eval_limit": 2, "max_turns": 2,
+                        "max_new_tokens": 16, "tiny_hidden_size": 32, "tiny_layers": 2, "tiny_vocab_size": 600}
+TINY_FLAGS = ["--train-cases", "2", "--eval-cases", "1", "--sft-epochs", "1", "--eval-limit", "2", "--max-turns", "2",
+              "--max-new-tokens", "16", "--tiny-hidden-size", "32", "--tiny-layers", "2", "--tiny-vocab-size", "600"]
+WAIT_S = 240.0
+
+
+def tiny_config(**overrides: Any) -> CompanyConfig:
+    """The tiny settings plus overrides."""
+    return CompanyConfig.for_base("tiny", **{**TINY, **overrides})
+
+
+def has_grpo() -> bool:
+    """Whether the GRPO trainer has landed (the RL stage needs it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("trainers.grpo") is not None
+
+
+def wait_for(job: Callable[[], dict[str, Any]], condition: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """Poll a job record until ``condition`` holds (or fail after WAIT_S)."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        record = job()
+        if condition(record):
+            return record
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting; last events: {[e['message'] for e in record['events'][-5:]]}")
+
+
+def training_started(record: dict[str, Any]) -> bool:
+    """The SFT stage has logged the start of its optimizer loop."""
+    return any(e["stage"] == "sft" and e["message"].startswith("training") for e in record["events"])
+
+
+def stage_events(record: dict[str, Any], stage: str) -> list[str]:
+    """Messages of a stage's events, in order."""
+    return [e["message"] for e in record["events"] if e["stage"] == stage]
+
+
+def check(record: dict[str, Any], name: str) -> str:
+    """A check's status."""
+    return next(c["status"] for c in record["checks"] if c["name"] == name)
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    """The small world as a single-file export."""
+    return write_world(tmp_path / "src", small_world())
+
+
+@pytest.fixture
+def one_state_source(tmp_path: Path) -> Path:
+    """The small world cut down to one customer and their one order: a single independent state."""
+    world = small_world()
+    world["state"]["rows"] = {name: rows[:1] for name, rows in world["state"]["rows"].items()}
+    return write_world(tmp_path / "one", world)
+
+
+@pytest.fixture
+def mcp_source(tmp_path: Path) -> Path:
+    """MCP tool schemas only: names, descriptions and input schemas, no policies or state."""
+    path = tmp_path / "mcp" / "tools.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"tools": [
+        {"name": "get_order", "description": "Look up an order.",
+         "inputSchema": {"type": "object", "properties": {"order_id": {"type": "integer"}}}},
+        {"name": "cancel_order", "description": "Cancel an order.",
+         "inputSchema": {"type": "object", "properties": {"order_id": {"type": "integer"}}}}]}))
+    return path
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[JobStore]:
+    """A fresh job store."""
+    with JobStore(tmp_path / "jobs") as opened:
+        yield opened
+
+
+# --------------------------------------------------------------------------- the job store
+
+
+def test_the_store_uses_wal_full_sync_and_a_versioned_schema(store: JobStore) -> None:
+    assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store.conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert store.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_a_store_written_by_a_newer_blobkit_is_refused(tmp_path: Path) -> None:
+    JobStore(tmp_path / "s").close()
+    conn = sqlite3.connect(tmp_path / "s" / "jobs.sqlite")
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(JobError, match="newer"):
+        JobStore(tmp_path / "s")
+
+
+def test_a_missing_store_is_an_error_for_readers(tmp_path: Path) -> None:
+    with pytest.raises(JobError, match="no job store"):
+        JobStore(tmp_path / "nowhere", create=False)
+
+
+def test_a_queued_job_records_its_identity_and_every_check_as_not_run(store: JobStore, source: Path) -> None:
+    job_id = create_job(store, source, "tiny", tiny_config())
+    job = store.get(job_id)
+    assert job["status"] == "queued"
+    assert job["identity"]["source"]["sha256"] and job["identity"]["base_model"]["id"] == "tiny"
+    assert job["identity"]["config"]["max_minutes"] == 30 and job["identity"]["config"]["max_model_calls"] == 200
+    assert [c["name"] for c in job["checks"]] == list(CHECKS)
+    assert {c["status"] for c in job["checks"]} == {"not_run"}
+    assert job["usage"] == {"active_seconds": 0, "model_calls": 0, "model_calls_exact": True, "tokens": 0,
+                            "optimizer_updates": 0}
+    assert [e["message"] for e in job["events"]] == ["job queued"]
+
+
+def test_company_defaults_follow_the_issue() -> None:
+    config = CompanyConfig.for_base("Qwen/Qwen2.5-0.5B-Instruct")
+    assert (config.sft_epochs, config.rl_steps, config.group_size, config.max_minutes, config.max_model_calls,
+            config.full) == (5, 4, 2, 30, 200, False)
+    assert CompanyConfig.for_base("tiny").full is True
+
+
+def test_an_unknown_base_model_is_refused_before_anything_is_queued(store: JobStore, source: Path) -> None:
+    from blobkit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="not in the catalog"):
+        create_job(store, source, "someone/secret-model", tiny_config())
+    assert store.list_jobs() == []
+
+
+def test_events_are_ordered_and_readable_from_another_connection(store: JobStore, source: Path) -> None:
+    job_id = create_job(store, source, "tiny", tiny_config())
+    for index in range(5):
+        store.add_event(job_id, "test", "info", f"event {index}", {"index": index})
+    with JobStore(store.root, create=False) as reader:
+        events = reader.get(job_id)["events"]
+    assert [e["seq"] for e in events] == list(range(1, 7))
+    assert [e["data"] for e in events[1:]] == [{"index": i} for i in range(5)]
+
+
+def test_anything_but_a_job_id_is_refused(store: JobStore) -> None:
+    for bad in ("../../etc", "job-../x", "job-0123456789ab"):
+        with pytest.raises(JobNotFoundError):
+            store.get(bad)
+
+
+def test_a_job_with_a_live_worker_cannot_be_claimed_twice(store: JobStore, source: Path) -> None:
+    from blobkit.jobs import worker_id
+
+    job_id = create_job(store, source, "tiny", tiny_config())
+    store.claim(job_id, worker_id())
+    with pytest.raises(JobError, match="is running in worker"):
+        store.claim(job_id, "elsewhere:1")
+
+
+def test_cancelling_a_queued_job_is_immediate(store: JobStore, source: Path) -> None:
+    job_id = create_job(store, source, "tiny", tiny_config())
+    assert store.request_cancel(job_id, "changed my mind") == "cancelled"
+    job = store.get(job_id)
+    assert job["status"] == "cancelled" and job["cancel_requested"]["reason"] == "changed my mind"
+
+
+# --------------------------------------------------------------------------- inspect
+
+
+def test_an_example_world_is_reported_trainable() -> None:
+    report = inspect_source(EXAMPLES[0] / "world.json")
+    assert report["valid"] and report["trainable"] and report["verdict"].startswith("trainable")
+    assert report["tools"] and report["policies"] > 0 and report["state"]["tables"]
+    families = report["admission"]["independent_families"]
+    assert families["train"] >= 2 and families["eval"] >= 1 and families["shared"] == 0
+    assert report["admission"]["tasks_admitted"] >= 1 and report["admission"]["eval_cases"] >= 1
+
+
+def test_mcp_tool_schemas_alone_are_reported_insufficient(mcp_source: Path) -> None:
+    report = inspect_source(mcp_source)
+    assert report["kind"] == "mcp_tool_schemas" and not report["valid"] and not report["trainable"]
+    assert report["tools"] == ["get_order", "cancel_order"]
+    assert "not enough" in report["reasons"][0] and "policies" in report["reasons"][0]
+    result = CliRunner().invoke(app, ["company", "inspect", "--source", str(mcp_source)])
+    assert result.exit_code == 1 and "MCP tool schemas only" in result.output
+
+
+def test_an_invalid_source_is_reported_with_its_error(tmp_path: Path) -> None:
+    bad = tmp_path / "world.json"
+    bad.write_text('{"format_version": "1"}')
+    report = inspect_source(bad)
+    assert not report["valid"] and not report["trainable"] and "/identity" in report["reasons"][0]
+
+
+def test_a_one_state_source_stops_before_training(store: JobStore, one_state_source: Path) -> None:
+    report = inspect_source(one_state_source)
+    assert report["valid"] and not report["trainable"] and report["verdict"] == "not trainable: one independent state"
+    job_id = create_job(store, one_state_source, "tiny", tiny_config())
+    job = run_job(store, job_id)
+    assert job["status"] == "failed" and job["outcome"]["stage"] == "qualify"
+    assert job["errors"][0]["code"] == "not_trainable" and "one independent state" in job["errors"][0]["message"]
+    assert job["checkpoints"] == [] and not any(e["stage"] in ("kit", "sft") for e in job["events"])
+    assert check(job, "source_valid") == "passed" and check(job, "trainable") == "failed"
+    assert check(job, "sft_updates_applied") == "not_run"
+    assert json.loads((store.job_dir(job_id) / "inspection.json").read_text())["trainable"] is False
+    assert not (store.job_dir(job_id) / "kit").exists()
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+def test_every_company_and_jobs_command_has_an_example() -> None:
+    runner = CliRunner()
+    for command in (["company", "inspect"], ["company", "train"], ["jobs", "list"], ["jobs", "show"],
+                    ["jobs", "cancel"], ["jobs", "resume"]):
+        result = runner.invoke(app, [*command, "--help"], terminal_width=200)
+        assert result.exit_code == 0 and "Example:" in result.output, command
+
+
+def test_train_without_run_only_queues(tmp_path: Path, source: Path) -> None:
+    runner, store_dir = CliRunner(), str(tmp_path / "jobs")
+    result = runner.invoke(app, ["company", "train", "--source", str(source), "--base-model", "tiny", "--job-store",
+                                 store_dir, "--json", *TINY_FLAGS])
+    assert result.exit_code == 0, result.output
+    job = json.loads(result.stdout)
+    assert job["status"] == "queued" and job["checkpoints"] == [] and job["identity"]["config"]["sft_epochs"] == 1
+    listed = json.loads(runner.invoke(app, ["jobs", "list", "--job-store", store_dir, "--json"]).stdout)
+    assert [(j["id"], j["status"]) for j in listed] == [(job["id"], "queued")]
+    shown = runner.invoke(app, ["jobs", "show", job["id"], "--job-store", store_dir])
+    assert shown.exit_code == 0 and "queued" in shown.output and "check replay_passed: not_run" in shown.output
+    cancelled = runner.invoke(app, ["jobs", "cancel", job["id"], "--job-store", store_dir])
+    assert cancelled.exit_code == 0 and "cancelled" in cancelled.output
+
+
+def test_train_run_prints_only_the_job_on_stdout_and_exits_1_when_it_fails(tmp_path: Path,
+                                                                          one_state_source: Path) -> None:
+    result = CliRunner().invoke(app, ["company", "train", "--source", str(one_state_source), "--base-model", "tiny",
+                                      "--job-store", str(tmp_path / "jobs"), "--run", "--json", *TINY_FLAGS])
+    assert result.exit_code == 1
+    job = json.loads(result.stdout)
+    assert job["status"] == "failed" and job["errors"][0]["code"] == "not_trainable"
+    assert "[qualify] stage qualify started" in result.stderr
+
+
+def test_jobs_commands_on_a_missing_store_fail_with_one_line(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["jobs", "list", "--job-store", str(tmp_path / "none")])
+    assert result.exit_code != 0 and isinstance(result.exception, JobError)
+
+
+# --------------------------------------------------------------------------- budgets, cancellation, resume
+
+
+def test_a_model_call_budget_too_small_for_sft_ends_cleanly_naming_it(store: JobStore, source: Path) -> None:
+    job_id = create_job(store, source, "tiny", tiny_config(max_model_calls=3))
+    job = run_job(store, job_id)
+    assert job["status"] == "failed" and job["outcome"]["budget"] == "max_model_calls"
+    assert job["outcome"]["stage"] == "sft" and "max_model_calls budget (3 model calls)" in job["outcome"]["message"]
+    assert job["errors"][-1]["code"] == "budget_exhausted"
+    assert [c["stage"] for c in job["checkpoints"]] == ["qualify", "kit"]
+    assert job["usage"]["model_calls"] == 0 and "stage sft started" not in stage_events(job, "sft")
+    for checkpoint in job["checkpoints"]:
+        for artifact in checkpoint["artifacts"].values():
+            assert (store.root / artifact["path"]).is_file()
+    assert check(job, "kit_leakage_free") == "passed" and check(job, "kit_reproducible") == "passed"
+    again = run_job(store, job_id)  # budgets are cumulative: a resume skips finished stages and stops again
+    assert again["outcome"]["budget"] == "max_model_calls" and _checkpoint_times(again) == _checkpoint_times(job)
+    assert sum("skipped" in m for m in stage_events(again, "kit")) == 1
+    (store.job_dir(job_id) / "inspection.json").write_text("{}")
+    tampered = run_job(store, job_id)
+    assert tampered["status"] == "failed" and tampered["errors"][-1]["code"] == "JobError"
+    assert "artifacts changed" in tampered["errors"][-1]["message"]
+
+
+def test_an_exhausted_time_budget_ends_cleanly_naming_it(store: JobStore, source: Path) -> None:
+    # 9 active seconds: usually enough to reach SFT, whose 150 steps it then stops at a step boundary; on a
+    # loaded machine it may run out at the boundary before SFT instead. Either way the job must say so.
+    job_id = create_job(store, source, "tiny", tiny_config(max_minutes=0.15, sft_epochs=50))
+    job = run_job(store, job_id)
+    assert job["status"] == "failed" and job["outcome"]["budget"] == job["outcome"]["stopped_by"] == "max_minutes"
+    assert "the max_minutes budget (0.15 active minutes) ran out" in job["outcome"]["message"]
+    assert job["errors"][-1]["code"] == "budget_exhausted"
+    stage = job["outcome"]["stage"]
+    assert stage not in [c["stage"] for c in job["checkpoints"]] and job["usage"]["active_seconds"] >= 9
+    if stage == "sft":
+        assert job["results"]["sft_stopped_by"] == "max_minutes" and job["results"]["complete"] is False
+        assert job["usage"]["optimizer_updates"] >= 1 and (store.job_dir(job_id) / "sft" / "eval.json").is_file()
+
+
+def test_cancelling_mid_sft_stops_at_a_step_boundary_and_keeps_the_evidence(tmp_path: Path, source: Path) -> None:
+    root = tmp_path / "jobs"
+    with JobStore(root) as store:
+        job_id = create_job(store, source, "tiny", tiny_config(sft_epochs=30))
+    outcome: dict[str, Any] = {}
+
+    def worker() -> None:
+        with JobStore(root) as own:
+            outcome["job"] = run_job(own, job_id)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    with JobStore(root, create=False) as reader:
+        wait_for(lambda: reader.get(job_id), training_started)
+        assert reader.request_cancel(job_id, "test cancels mid-SFT") == "running"
+        thread.join(WAIT_S)
+        assert not thread.is_alive()
+        job = reader.get(job_id)
+    assert outcome["job"]["status"] == job["status"] == "cancelled"
+    assert job["outcome"]["stopped_by"] == "cancelled: test cancels mid-SFT" and job["outcome"]["stage"] == "sft"
+    assert [c["stage"] for c in job["checkpoints"]] == ["qualify", "kit"]
+    evidence = next(e for e in job["events"] if e["message"].startswith("partial evidence of stage sft"))
+    report = evidence["data"]["record"]["report"]
+    assert report["stopped_by"] == "cancelled: test cancels mid-SFT"
+    assert 1 <= report["optimizer_updates"] < evidence["data"]["record"]["plan"]["estimated_optimizer_steps"]
+    assert job["results"]["complete"] is False and "sft" in job["results"] and "base" in job["results"]
+    assert job["usage"]["optimizer_updates"] == report["optimizer_updates"]
+    assert (store.job_dir(job_id) / "sft" / "eval.json").is_file()
+
+
+def _start_worker(root: Path, job_id: str) -> subprocess.Popen[bytes]:
+    """`blobkit jobs resume` in a subprocess (a worker we can signal)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    return subprocess.Popen([sys.executable, "-m", "blobkit.cli", "jobs", "resume", job_id, "--job-store", str(root)],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def test_ctrl_c_cancels_the_worker_at_the_next_safe_point(tmp_path: Path, source: Path) -> None:
+    root = tmp_path / "jobs"
+    with JobStore(root) as store:
+        job_id = create_job(store, source, "tiny", tiny_config(sft_epochs=30))
+    worker = _start_worker(root, job_id)
+    try:
+        with JobStore(root, create=False) as reader:
+            wait_for(lambda: reader.get(job_id), training_started)
+            worker.send_signal(signal.SIGINT)
+            worker.wait(WAIT_S)
+            job = reader.get(job_id)
+    finally:
+        worker.kill()
+        worker.wait()
+    assert job["status"] == "cancelled" and job["outcome"]["stopped_by"] == "cancelled: interrupted (Ctrl-C)"
+    assert job["outcome"]["stage"] == "sft" and [c["stage"] for c in job["checkpoints"]] == ["qualify", "kit"]
+    assert job["results"]["sft_stopped_by"] == "cancelled: interrupted (Ctrl-C)"
+
+
+def _checkpoint_times(job: dict[str, Any]) -> dict[str, str]:
+    return {c["stage"]: c["completed_at"] for c in job["checkpoints"]}
+
+
+def test_a_sigkilled_worker_is_resumed_without_redoing_finished_stages(tmp_path: Path, source: Path) -> None:
+    root = tmp_path / "jobs"
+    with JobStore(root) as store:
+        job_id = create_job(store, source, "tiny", tiny_config())
+    worker = _start_worker(root, job_id)
+    try:
+        with JobStore(root, create=False) as reader:
+            wait_for(lambda: reader.get(job_id), training_started)
+    finally:
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait()
+    with JobStore(root, create=False) as store:
+        killed = store.get(job_id)
+        assert killed["status"] == "running" and f":{worker.pid}" in killed["worker"]["id"]
+        before = _checkpoint_times(killed)
+        assert list(before) == ["qualify", "kit"]
+        resumed_from = killed["events"][-1]["seq"]
+        job = run_job(store, job_id)
+    after = [e for e in job["events"] if e["seq"] > resumed_from]
+    messages = [e["message"] for e in after]
+    assert "is gone" in messages[0] and str(worker.pid) in messages[0]
+    for stage in ("qualify", "kit"):
+        assert _checkpoint_times(job)[stage] == before[stage]
+        assert f"stage {stage} started" not in messages
+        assert f"stage {stage} skipped: completed at {before[stage]}" in messages
+    assert "stage sft started" in messages and "stage sft completed" in messages
+    if has_grpo():
+        assert job["status"] == "succeeded"
+    else:
+        assert job["status"] == "failed" and job["outcome"]["stage"] == "rl"
+        assert job["errors"][-1]["code"] == "ModuleNotFoundError" and "trainers.grpo" in job["errors"][-1]["message"]
+        assert "rl" not in job["results"]
+        assert list(_checkpoint_times(job)) == ["qualify", "kit", "sft"]
+
+
+# --------------------------------------------------------------------------- the whole pipeline (needs GRPO)
+
+
+def _assert_complete(job: dict[str, Any], store_root: Path) -> None:
+    assert job["status"] == "succeeded", job["errors"]
+    assert [c["stage"] for c in job["checkpoints"]] == list(STAGES)
+    results = job["results"]
+    assert results["complete"] and {"base", "sft", "rl", "rl_minus_sft", "held_out"} <= set(results)
+    assert results["held_out"]["case_counts_match"] and results["held_out"]["cases_evaluated"] >= 1
+    assert job["replay"]["fresh_process"] and job["replay"]["outcome"] in ("passed", "failed")
+    assert job["usage"]["model_calls"] <= job["identity"]["config"]["max_model_calls"]
+    assert job["usage"]["active_seconds"] <= job["identity"]["config"]["max_minutes"] * 60
+    assert {c["status"] for c in job["checks"]} <= {"passed", "failed"}
+    assert check(job, "export_verified") == "passed" and check(job, "heldout_evaluated") == "passed"
+    assert (store_root / "jobs" / job["id"] / "export" / "manifest.json").is_file()
+
+
+@pytest.mark.slow
+def test_a_tiny_run_on_the_small_world_completes_with_measured_results(store: JobStore, source: Path) -> None:
+    pytest.importorskip("trainers.grpo")
+    job = run_job(store, create_job(store, source, "tiny", tiny_config(rl_steps=2)))
+    _assert_complete(job, store.root)
+
+
+@pytest.mark.slow
+def test_company_train_run_on_an_example_world_with_the_tiny_model(tmp_path: Path) -> None:
+    pytest.importorskip("trainers.grpo")
+    store_dir = str(tmp_path / "company-jobs")
+    result = CliRunner().invoke(app, ["company", "train", "--source", str(EXAMPLES[-1] / "world.json"),
+                                      "--base-model", "tiny", "--job-store", store_dir, "--run", "--json",
+                                      "--train-cases", "12", "--eval-cases", "1", "--max-new-tokens", "48",
+                                      "--tiny-hidden-size", "64", "--tiny-layers", "2"])
+    job = json.loads(result.stdout)
+    shown = json.loads(CliRunner().invoke(app, ["jobs", "show", job["id"], "--job-store", store_dir, "--json"]).stdout)
+    assert shown["status"] == job["status"]
+    _assert_complete(shown, Path(store_dir))

@@ -1,0 +1,214 @@
+"""GRPO: rollouts against the real example world, reward = VCode verdict, the update rule, budgets."""
+
+from __future__ import annotations
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+from conftest import ROOT  # noqa: E402
+
+from blobkit.build import BuildConfig, build_kit  # noqa: E402
+from blobkit.canonical import canonical_json  # noqa: E402
+from blobkit.errors import TrainerError  # noqa: E402
+from blobkit.kitfiles import Kit, open_kit  # noqa: E402
+from trainers.config import TrainConfig  # noqa: E402
+from trainers.generation import Decoded  # noqa: E402
+from trainers.grpo import (  # noqa: E402
+    Budget,
+    Sampler,
+    advantages,
+    assert_same_tools,
+    policy_loss,
+    rl_cases,
+    rollout,
+    train_grpo,
+)
+from trainers.tiny_model import build_tiny_model, row_texts  # noqa: E402
+from world_format.runtime import full_state_hash  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def retail_kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kit]:
+    root = tmp_path_factory.mktemp("grpo-kit")
+    record = build_kit(ROOT / "examples" / "retail_desk" / "world.json", root,
+                       BuildConfig(train_cases_per_task=3, eval_cases_per_task=2))
+    with open_kit(Path(record["kit"]["path"])) as kit:
+        yield kit
+
+
+@pytest.fixture(scope="module")
+def tiny(retail_kit: Kit, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    rows = retail_kit.jsonl("sft.jsonl")
+    return build_tiny_model(row_texts(rows), tmp_path_factory.mktemp("tiny"), seed=3, hidden_size=32,
+                            num_layers=2, num_heads=2, vocab_size=700)
+
+
+class Scripted:
+    """A policy that replays given assistant texts (a stand-in for the model, not for the world)."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = texts
+        self.turns: list[Decoded] = []
+
+    def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+        text = self.texts[len(self.turns)] if len(self.turns) < len(self.texts) else "I don't know."
+        self.turns.append(Decoded([], [], True))
+        return text
+
+
+def _assistant_texts(row: dict[str, Any]) -> list[str]:
+    out = []
+    for message in row["messages"]:
+        if message["role"] != "assistant":
+            continue
+        if message.get("tool_calls"):
+            out.append("".join(f"<tool_call>\n{json.dumps(call['function'])}\n</tool_call>"
+                               for call in message["tool_calls"]))
+        else:
+            out.append(message["content"])
+    return out
+
+
+def _write_row(kit: Kit) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An SFT row whose chain cancels an order, and its RL case."""
+    rows = kit.jsonl("sft.jsonl")
+    cases = {c["case_id"]: c for c in rl_cases(kit, rows)}
+    for row in rows:
+        names = [c["function"]["name"] for m in row["messages"] for c in m.get("tool_calls") or []]
+        if "cancel_order" in names:
+            return row, cases[row["metadata"]["case_id"]]
+    raise AssertionError("the retail kit has no cancel_order row")
+
+
+def test_a_rollout_executes_real_writes_on_an_isolated_copy_of_the_seed(retail_kit: Kit) -> None:
+    row, case = _write_row(retail_kit)
+    runtime = retail_kit.world().runtime()
+    try:
+        seed_hash = full_state_hash(runtime.conn, list(runtime.tables.values()))
+        first = rollout(Scripted(_assistant_texts(row)), runtime, case, max_turns=6)
+        assert full_state_hash(runtime.conn, list(runtime.tables.values())) == seed_hash
+        second = rollout(Scripted(_assistant_texts(row)), runtime, case, max_turns=6)
+    finally:
+        runtime.close()
+    assert [e["tool"] for e in first.episode["trace"]][-1] == "cancel_order"
+    assert first.episode["trace"][-1]["observation"]["status"] == "cancelled"
+    # the second attempt cancels the same order again: it would be refused had the first write leaked
+    assert second.episode["trace"][-1]["error"] is False and second.reward == 1.0
+
+
+def test_reward_is_the_vcode_verdict(retail_kit: Kit) -> None:
+    row, case = _write_row(retail_kit)
+    runtime = retail_kit.world().runtime()
+    try:
+        full = rollout(Scripted(_assistant_texts(row)), runtime, case, max_turns=6)
+        without_write = rollout(Scripted([*_assistant_texts(row)[:-2], "Done."]), runtime, case, max_turns=6)
+        silent = rollout(Scripted(["Sure."]), runtime, case, max_turns=6)
+    finally:
+        runtime.close()
+    for item in (full, without_write, silent):
+        assert item.reward == (1.0 if item.episode["verdict"]["outcome"] == "pass" else 0.0)
+        assert item.verifier_error is (item.episode["verdict"]["outcome"] == "error")
+    assert (full.reward, without_write.reward, silent.reward) == (1.0, 0.0, 0.0)
+
+
+def test_a_malformed_tool_call_becomes_an_error_observation(retail_kit: Kit) -> None:
+    _, case = _write_row(retail_kit)
+    runtime = retail_kit.world().runtime()
+    try:
+        broken = rollout(Scripted(["<tool_call>\n{\"name\": \"cancel_order\", \"arguments\": {\n</tool_call>",
+                                   "<tool_call>\n{\"name\": \"cancel_order\", \"arguments\": {\"order_id\": \"x\"}}"
+                                   "\n</tool_call>", "Sorry."]), runtime, case, max_turns=4)
+    finally:
+        runtime.close()
+    assert broken.episode["parse_failures"] == 1 and broken.reward == 0.0
+    bad_arguments = broken.episode["trace"][0]
+    assert bad_arguments["error"] is True and "error" in bad_arguments["observation"]
+
+
+def test_rl_prompts_use_the_sft_rows_tool_schemas_byte_for_byte(retail_kit: Kit) -> None:
+    rows = retail_kit.jsonl("sft.jsonl")
+    cases = rl_cases(retail_kit, rows) + retail_kit.jsonl("eval_cases.jsonl")
+    assert_same_tools(rows, cases)
+    altered = json.loads(canonical_json(cases[0]))
+    altered["prompt"]["tools"][0]["function"]["description"] += " "
+    with pytest.raises(TrainerError, match="differ"):
+        assert_same_tools(rows, [altered])
+
+
+def test_advantages_are_centred_within_each_group() -> None:
+    assert advantages([1.0, 0.0, 1.0, 1.0, 0.0, 0.0], 2) == [0.5, -0.5, 0.0, 0.0, 0.0, 0.0]
+
+
+def test_one_update_raises_the_likelihood_of_the_rewarded_attempt(retail_kit: Kit, tiny: Path) -> None:
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    torch.manual_seed(0)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny, use_safetensors=True),
+                           LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM"))
+    _, case = _write_row(retail_kit)
+    sampler = Sampler(model, tokenizer, 12, 1.0, torch.Generator().manual_seed(0))
+    runtime = retail_kit.world().runtime()
+    try:
+        attempts = [rollout(sampler, runtime, case, max_turns=1) for _ in range(2)]
+    finally:
+        runtime.close()
+    assert all(a.turns and a.turns[0].new_ids for a in attempts)
+
+    def logp(item: Any) -> float:
+        turn = item.turns[0]
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([turn.prompt_ids + turn.new_ids])).logits[0].float()
+        scores = torch.log_softmax(logits[len(turn.prompt_ids) - 1:-1], -1)
+        return float(scores.gather(1, torch.tensor(turn.new_ids)[:, None]).sum())
+
+    before = [logp(a) for a in attempts]
+    lora_b = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_B" in n}
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    optimizer.zero_grad()
+    policy_loss(model, attempts, [0.5, -0.5])
+    optimizer.step()
+    after = [logp(a) for a in attempts]
+    assert any(not torch.equal(p, lora_b[n]) for n, p in model.named_parameters() if "lora_B" in n)
+    assert after[0] > before[0] and after[1] < before[1]
+
+
+def test_the_budget_refuses_a_step_that_could_exceed_it() -> None:
+    budget = Budget(max_model_calls=10, max_minutes=None, stop=None)
+    assert budget.exhausted(10) is None
+    budget.model_calls = 4
+    assert budget.exhausted(7) == "max_model_calls"
+    assert Budget(None, 1e-9, None).exhausted(1) == "max_minutes"
+    assert Budget(None, None, lambda: "cancelled by user").exhausted(1) == "cancelled by user"
+
+
+def test_a_model_call_budget_stops_grpo_cleanly_and_keeps_its_evidence(retail_kit: Kit, tiny: Path,
+                                                                       tmp_path: Path) -> None:
+    config = TrainConfig(kit=retail_kit.root, base=str(tiny), method="grpo", target="local-torch", out=tmp_path,
+                         steps=5, batch_size=2, group_size=2, max_turns=2, max_new_tokens=8, eval_limit=2,
+                         max_model_calls=6, learning_rate=1e-3)
+    plan_record = {"base": {"source": "local", "name_or_path": str(tiny), "revision": None}}
+    report = train_grpo(config, retail_kit, plan_record, lambda line: None)
+    # a step may make up to 1 prompt x 2 attempts x 2 turns = 4 calls: it only starts if that fits in 6
+    assert report["stopped_by"] == "max_model_calls" and 1 <= report["steps_completed"] < 5
+    assert report["model_calls"] <= 6 < report["model_calls"] + 4
+    saved = json.loads((tmp_path / "eval.json").read_text())
+    assert saved["stopped_by"] == "max_model_calls" and "rl" in saved and "rl_minus_base" in saved
+    assert (tmp_path / "export" / "manifest.json").is_file()
+    steps = (tmp_path / "rl_steps.jsonl").read_text().splitlines()
+    assert len(steps) == report["steps_completed"]
+    assert sum(json.loads(line)["model_calls"] for line in steps) == report["model_calls"]
