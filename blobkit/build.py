@@ -16,6 +16,7 @@ from world_format.models import Task
 from world_format.pack import package_files
 from world_format.runtime import WorldRuntime
 from world_format.state import quote_identifier
+from world_format.validate import validate_world
 from world_format.vcode import evaluate
 
 from .archive import write_tar_zst
@@ -158,14 +159,17 @@ def _null_fails(runtime: WorldRuntime, task: Task) -> bool:
         return evaluate(task.vcode, episode, None, task.answer).outcome == "fail"
 
 
-def _split(runtime: WorldRuntime, entries: list[TaskEntry], config: BuildConfig) -> tuple[list[Case], list[Case]]:
+def _split(runtime: WorldRuntime, entries: list[TaskEntry], config: BuildConfig,
+           progress: Progress = _noop) -> tuple[list[Case], list[Case]]:
     train: list[Case] = []
     held_out: list[Case] = []
-    for entry in entries:
-        for instance in entry.instances:
-            side = side_of(config.seed, instance.task.anchor.table, instance.key, config.eval_percent)
-            if _null_fails(runtime, instance.task):
-                (held_out if side == "eval" else train).append(Case.make(instance, side))
+    instances = [instance for entry in entries for instance in entry.instances]
+    for index, instance in enumerate(instances):
+        progress("split", index, len(instances))
+        side = side_of(config.seed, instance.task.anchor.table, instance.key, config.eval_percent)
+        if _null_fails(runtime, instance.task):
+            (held_out if side == "eval" else train).append(Case.make(instance, side))
+    progress("split", len(instances), len(instances))
     if not train or not held_out:
         raise KitError("the world has only one independent family of cases: cannot hold out evaluation cases "
                        f"(train {len(train)}, eval {len(held_out)}); add anchor rows or tasks on more rows")
@@ -233,80 +237,158 @@ def _task_record(entry: TaskEntry, counts: dict[str, dict[str, int]]) -> dict[st
             "cases": counts.get(entry.task_id, {"train": 0, "eval": 0})}
 
 
-def build_kit(world_path: Path, out_dir: Path, config: BuildConfig = BuildConfig(),
-              progress: Progress = _noop) -> dict[str, Any]:
-    """Build a kit; return the build record. Nothing is written unless every stage succeeds."""
-    loaded = load_world(world_path)
-    world = loaded.world
+@dataclass
+class _Executed:
+    """What the executing stages produced: every candidate, the split and the replayed rows."""
+
+    entries: list[TaskEntry]
+    train: list[Case]
+    held_out: list[Case]
+    rows: list[dict[str, Any]]
+
+    @property
+    def admitted(self) -> list[TaskEntry]:
+        """Candidates the gate admitted."""
+        return [entry for entry in self.entries if not entry.reasons]
+
+    @property
+    def rejected(self) -> list[TaskEntry]:
+        """Candidates the gate rejected (with reasons)."""
+        return [entry for entry in self.entries if entry.reasons]
+
+
+def _load(world_path: Path, progress: Progress) -> tuple[LoadedWorld, WorldRuntime]:
+    """Load and validate the world on the runtime the build then uses, and digest its seed once.
+
+    Here the build reads the whole database (checksum, integrity check, the seed digest);
+    after it, probes and replays are episodes (savepoints) that read and hash changed rows only.
+    """
+    progress("load", 0, 1)
+    loaded = load_world(world_path, validate=False)
     runtime = loaded.runtime()
     try:
-        minter = Minter(world, runtime, config.seed)
-        entries = _candidates(loaded, minter, config, progress)
-        _gate(runtime, minter, entries, progress)
-        admitted = [entry for entry in entries if not entry.reasons]
-        rejected = [entry for entry in entries if entry.reasons]
-        if not admitted:
-            raise KitError(f"{world_path}: no task passed the discrimination gate; see the reasons with --json")
-        train, held_out = _split(runtime, admitted, config)
-        system, tools = world.system_prompt(), world.function_specs()
-        rows = []
-        for index, case in enumerate(train):
-            progress("replay", index, len(train))
-            row = replay_row(runtime, case.instance.task, (case.instance.spec_id, case.case_id), system, tools)
-            if row is not None:
-                rows.append(row)
-        progress("replay", len(train), len(train))
-    finally:
+        validate_world(loaded, runtime)
+        runtime.seed_digests  # noqa: B018 - the one full scan of the seed, done here rather than in the first probe
+    except BaseException:
         runtime.close()
+        raise
+    progress("load", 1, 1)
+    return loaded, runtime
+
+
+def _replay_rows(runtime: WorldRuntime, train: list[Case], progress: Progress) -> list[dict[str, Any]]:
+    """Replay every training case; keep the rows whose verifier passes."""
+    system, tools = runtime.world.system_prompt(), runtime.world.function_specs()
+    rows = []
+    for index, case in enumerate(train):
+        progress("replay", index, len(train))
+        row = replay_row(runtime, case.instance.task, (case.instance.spec_id, case.case_id), system, tools)
+        if row is not None:
+            rows.append(row)
+    progress("replay", len(train), len(train))
+    return rows
+
+
+def _execute(loaded: LoadedWorld, runtime: WorldRuntime, config: BuildConfig, progress: Progress) -> _Executed:
+    """Mint, gate, split and replay: every step an episode of ``runtime``, never a copy of the seed."""
+    minter = Minter(loaded.world, runtime, config.seed)
+    entries = _candidates(loaded, minter, config, progress)
+    _gate(runtime, minter, entries, progress)
+    admitted = [entry for entry in entries if not entry.reasons]
+    if not admitted:
+        raise KitError(f"{loaded.path}: no task passed the discrimination gate; see the reasons with --json")
+    train, held_out = _split(runtime, admitted, config, progress)
+    return _Executed(entries, train, held_out, _replay_rows(runtime, train, progress))
+
+
+def _record(done: _Executed) -> dict[str, Any]:
+    """The build record (what ``--json`` prints, less the kit location)."""
+    return {
+        "status": "kit_ready",
+        "tasks_count": len(done.admitted),
+        "tasks_minted": sum(1 for e in done.entries if e.source == "minted"),
+        "tasks_authored": sum(1 for e in done.entries if e.source == "authored"),
+        "tasks_rejected": len(done.rejected),
+        "tasks_persisted": False,
+        "sft_rows": len(done.rows),
+        "sft_rows_dropped": len(done.train) - len(done.rows),
+        "sft_source": "reference_chain_replay",
+        "train_cases": len(done.train),
+        "eval_cases": len(done.held_out),
+    }
+
+
+def _kit_files(loaded: LoadedWorld, done: _Executed) -> dict[str, bytes]:
+    """Every file of the kit except kit.json, by relative path."""
+    world = loaded.world
+    system, tools = world.system_prompt(), world.function_specs()
     counts: dict[str, dict[str, int]] = {}
-    for case in train + held_out:
+    for case in done.train + done.held_out:
         side_counts = counts.setdefault(case.instance.spec_id, {"train": 0, "eval": 0})
         side_counts[case.side] += 1
     files = {
-        "tasks.jsonl": jsonl_bytes(_task_record(e, counts) for e in admitted),
-        "rejected.jsonl": jsonl_bytes(_task_record(e, counts) for e in rejected),
-        "sft.jsonl": jsonl_bytes(rows),
-        "train_cases.jsonl": jsonl_bytes(case_record(case) for case in train),
-        "eval_cases.jsonl": jsonl_bytes(case_record(case, system, tools) for case in held_out),
+        "tasks.jsonl": jsonl_bytes(_task_record(e, counts) for e in done.admitted),
+        "rejected.jsonl": jsonl_bytes(_task_record(e, counts) for e in done.rejected),
+        "sft.jsonl": jsonl_bytes(done.rows),
+        "train_cases.jsonl": jsonl_bytes(case_record(case) for case in done.train),
+        "eval_cases.jsonl": jsonl_bytes(case_record(case, system, tools) for case in done.held_out),
     }
     files.update({f"world/{name}": data for name, data in package_files(loaded).items()})
-    record = {
-        "status": "kit_ready",
-        "tasks_count": len(admitted),
-        "tasks_minted": sum(1 for e in entries if e.source == "minted"),
-        "tasks_authored": sum(1 for e in entries if e.source == "authored"),
-        "tasks_rejected": len(rejected),
-        "tasks_persisted": False,
-        "sft_rows": len(rows),
-        "sft_rows_dropped": len(train) - len(rows),
-        "sft_source": "reference_chain_replay",
-        "train_cases": len(train),
-        "eval_cases": len(held_out),
-    }
-    kit = {
+    return files
+
+
+def _kit_meta(loaded: LoadedWorld, config: BuildConfig, done: _Executed, record: dict[str, Any],
+              files: dict[str, bytes]) -> dict[str, Any]:
+    """kit.json: format, world identity, config, record, split, leakage and the file table."""
+    world = loaded.world
+    return {
         "format": KIT_FORMAT, "format_version": 1, "builder_version": __version__,
         "world": {"id": world.identity.id, "name": world.identity.name, "sha256": loaded.sha256,
                   "seed_state_hash": loaded.seed_state_hash},
         "build_config": asdict(config), "record": record,
-        "templates": sorted({e.template for e in admitted}),
+        "templates": sorted({e.template for e in done.admitted}),
         "split": {"method": "seeded hash of the anchor row, decided before cases are expanded",
-                  "eval_percent": config.eval_percent, "train_cases": len(train), "eval_cases": len(held_out)},
-        "leakage": leakage_report(train, held_out),
+                  "eval_percent": config.eval_percent, "train_cases": len(done.train),
+                  "eval_cases": len(done.held_out)},
+        "leakage": leakage_report(done.train, done.held_out),
         "files": file_table(files),
     }
-    return _write(out_dir, world.identity.id, files, kit, record)
+
+
+def build_kit(world_path: Path, out_dir: Path, config: BuildConfig = BuildConfig(),
+              progress: Progress = _noop) -> dict[str, Any]:
+    """Build a kit; return the build record. Nothing is written unless every stage succeeds.
+
+    ``progress(stage, done, total)`` is called as the build goes through its stages:
+    ``load``, ``mint`` (per task family), ``gate`` (per task), ``split`` (per case),
+    ``replay`` (per training case) and ``write`` (per file, then the archive).
+    """
+    loaded, runtime = _load(Path(world_path), progress)
+    try:
+        done = _execute(loaded, runtime, config, progress)
+    finally:
+        runtime.close()
+    progress("write", 0, 1)
+    record = _record(done)
+    files = _kit_files(loaded, done)
+    kit = _kit_meta(loaded, config, done, record, files)
+    return _write(out_dir, loaded.world.identity.id, files, kit, record, progress)
 
 
 def _write(out_dir: Path, world_id: str, files: dict[str, bytes], kit: dict[str, Any],
-           record: dict[str, Any]) -> dict[str, Any]:
+           record: dict[str, Any], progress: Progress = _noop) -> dict[str, Any]:
     name = f"{world_id}-train-kit"
     final, archive = Path(out_dir) / name, Path(out_dir) / f"{name}.tar.zst"
     staging = staging_dir(final)
+    steps = len(files) + 2
     try:
-        for relative, data in sorted(files.items()):
+        for index, (relative, data) in enumerate(sorted(files.items())):
+            progress("write", index, steps)
             atomic_write_bytes(staging / relative, data)
         atomic_write_bytes(staging / KIT_FILE, canonical_bytes(kit) + b"\n")
+        progress("write", steps - 1, steps)
         sha256, size = write_tar_zst(staging, archive, name)
+        progress("write", steps, steps)
         replace_dir(staging, final)
     finally:
         if staging.exists():

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import typer
 
@@ -22,23 +23,66 @@ def _print_json(value: Any) -> None:
     typer.echo(json.dumps(value, indent=1, sort_keys=True, ensure_ascii=False))
 
 
-@contextmanager
-def _progress(enabled: bool) -> Iterator[Callable[[str, int, int], None]]:
-    """A rich progress bar on a terminal (stderr), silent otherwise."""
-    if not enabled or not sys.stderr.isatty():
-        yield lambda stage, done, total: None
-        return
-    from rich.progress import Progress
+ProgressFn = Callable[[str, int, int], None]
+STAGE_LABELS = {"load": "load world", "mint": "mint tasks", "gate": "gate tasks", "split": "split cases",
+                "replay": "replay cases", "write": "write kit", "probes": "re-run probes"}
 
-    with Progress(transient=True) as bar:
+
+def _show_progress(as_json: bool) -> bool:
+    """Progress goes to stderr only on a terminal, and never while --json output is piped."""
+    if not sys.stderr.isatty():
+        return False
+    return not (as_json and not sys.stdout.isatty())
+
+
+def _silent(stage: str, done: int, total: int) -> None:
+    return None
+
+
+@contextmanager
+def _plain_counter(stream: TextIO) -> Iterator[ProgressFn]:
+    """A one-line ``stage done/total`` counter, rewritten in place and cleared at the end."""
+
+    def update(stage: str, done: int, total: int) -> None:
+        stream.write(f"\r\x1b[K{STAGE_LABELS.get(stage, stage)} {done}/{total}")
+        stream.flush()
+
+    try:
+        yield update
+    finally:
+        stream.write("\r\x1b[K")
+        stream.flush()
+
+
+@contextmanager
+def _rich_bar() -> Iterator[ProgressFn]:
+    """One rich progress bar per stage on stderr, removed when the command ends."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description:<13}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         tasks: dict[str, Any] = {}
 
         def update(stage: str, done: int, total: int) -> None:
             if stage not in tasks:
-                tasks[stage] = bar.add_task(stage, total=max(total, 1))
+                tasks[stage] = bar.add_task(STAGE_LABELS.get(stage, stage), total=max(total, 1))
             bar.update(tasks[stage], completed=done, total=max(total, 1))
 
         yield update
+
+
+@contextmanager
+def _progress(enabled: bool) -> Iterator[ProgressFn]:
+    """The library's progress callback rendered on stderr: rich if installed, else a plain counter."""
+    if not enabled:
+        yield _silent
+    elif importlib.util.find_spec("rich") is None:
+        with _plain_counter(sys.stderr) as update:
+            yield update
+    else:
+        with _rich_bar() as update:
+            yield update
 
 
 # --------------------------------------------------------------------------- world commands
@@ -91,7 +135,7 @@ def build(world: Path = typer.Option(..., "--world", help="World directory or wo
 
     config = BuildConfig(seed=seed, max_tasks=max_tasks, train_cases_per_task=train_cases,
                          eval_cases_per_task=eval_cases)
-    with _progress(True) as progress:
+    with _progress(_show_progress(as_json)) as progress:
         record = build_kit(world, out, config, progress)
     if as_json:
         _print_json(record)
@@ -112,7 +156,7 @@ def verify(kit: Path = typer.Argument(..., help="Kit directory or .tar.zst archi
     from blobkit.kitfiles import open_kit
     from blobkit.verify import verify_kit
 
-    with open_kit(kit) as opened, _progress(True) as progress:
+    with open_kit(kit) as opened, _progress(_show_progress(as_json)) as progress:
         report = verify_kit(opened, progress)
     if as_json:
         _print_json(report)

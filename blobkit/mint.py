@@ -231,6 +231,7 @@ class Minter:
         self.runtime = runtime
         self.seed = seed
         self._missing_errors: dict[str, set[str]] = {}
+        self._keys: dict[str, tuple[Any, ...]] = {}
 
     def wording(self, spec: TaskSpec, key: Any, variant: int, **values: Any) -> str:
         """One wording variant of the template, filled in."""
@@ -269,14 +270,21 @@ class Minter:
         assert tool is not None
         return _extras(tool, next(iter(tool.anchors), "")) or ()
 
-    def keys(self, table: str) -> list[Any]:
-        """All primary keys of an anchor table, in a seeded order."""
-        pk = _pk(self.world, table)
-        with self.runtime.guard.host() as conn:
-            keys = [row[0] for row in conn.execute(
-                f"SELECT {quote_identifier(pk)} FROM {quote_identifier(table)} ORDER BY {quote_identifier(pk)}")]
-        random.Random(f"{self.seed}:{table}:keys").shuffle(keys)
-        return keys
+    def keys(self, table: str) -> tuple[Any, ...]:
+        """All primary keys of an anchor table, in a seeded order.
+
+        Read and shuffled once per table (the seed never changes between episodes), so
+        minting does one pass over each anchor table however many specs it tries.
+        """
+        if table not in self._keys:
+            pk = _pk(self.world, table)
+            with self.runtime.guard.host() as conn:
+                rows = conn.execute(f"SELECT {quote_identifier(pk)} FROM {quote_identifier(table)} "
+                                    f"ORDER BY {quote_identifier(pk)}").fetchall()
+            keys = [row[0] for row in rows]
+            random.Random(f"{self.seed}:{table}:keys").shuffle(keys)
+            self._keys[table] = tuple(keys)
+        return self._keys[table]
 
 
 def _task(spec: TaskSpec, key: Any, instruction: str, steps: list[Step], answer: str | None,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
@@ -24,9 +24,9 @@ from blobkit.canonical import canonical_bytes, sha256_hex
 from blobkit.errors import ChecksumError, WorldFormatError, WorldSizeError
 
 from .models import World
-from .runtime import WorldRuntime
+from .runtime import DigestCache, WorldRuntime, strict_tables
 from .sqlguard import open_memory_copy
-from .state import build_seed, check_seed
+from .state import TableDigest, build_seed, check_seed, state_hash
 
 WORLD_FILE = "world.json"
 SEED_FILE = "seed.sqlite"
@@ -54,15 +54,25 @@ class LoadedWorld:
     seed: bytes
     form: Literal["file", "package"]
     path: Path
+    digests: DigestCache = field(default_factory=DigestCache, compare=False, repr=False)
+    """The seed's table digests, scanned once and shared by every runtime of this world."""
+
+    @property
+    def seed_digests(self) -> dict[str, TableDigest]:
+        """Digests of the seed's tables (one scan per loaded world, whoever asks first)."""
+        if self.digests.value is None:
+            conn = open_memory_copy(self.seed)
+            try:
+                self.digests.get(conn, self.world.state.tables, strict_tables(conn))
+            finally:
+                conn.close()
+        assert self.digests.value is not None
+        return self.digests.value
 
     @cached_property
     def seed_state_hash(self) -> str:
         """Canonical state hash of the seed."""
-        runtime = self.runtime()
-        try:
-            return runtime.seed_hash
-        finally:
-            runtime.close()
+        return state_hash(self.seed_digests)
 
     @cached_property
     def sha256(self) -> str:
@@ -70,8 +80,8 @@ class LoadedWorld:
         return sha256_hex(canonical_bytes({"world": world_document(self.world, None), "state": self.seed_state_hash}))
 
     def runtime(self, timeout_s: float = 2.0) -> WorldRuntime:
-        """A fresh runtime for isolated episodes."""
-        return WorldRuntime(self.world, self.seed, timeout_s=timeout_s)
+        """A fresh runtime for isolated episodes (sharing this world's seed digests)."""
+        return WorldRuntime(self.world, self.seed, timeout_s=timeout_s, digests=self.digests)
 
 
 def world_document(world: World, seed: str | None) -> dict[str, Any]:

@@ -26,19 +26,25 @@ if TYPE_CHECKING:
 SCALAR_TYPES = {"string", "integer", "number", "boolean"}
 
 
-def validate_world(loaded: LoadedWorld) -> None:
-    """Raise WorldFormatError (naming the JSON pointer) for the first semantic problem."""
+def validate_world(loaded: LoadedWorld, runtime: WorldRuntime | None = None) -> None:
+    """Raise WorldFormatError (naming the JSON pointer) for the first semantic problem.
+
+    ``runtime`` lets a caller that needs one anyway (the builder) validate on it instead of
+    on a fresh copy of the seed; every trial statement is rolled back either way.
+    """
     world, source = loaded.world, str(loaded.path)
     _check_names(world, source)
     _check_anchors(world, source)
-    runtime = loaded.runtime()
+    own = runtime is None
+    runtime = loaded.runtime() if runtime is None else runtime
     try:
         for index, tool in enumerate(world.tools):
             _check_tool(runtime, tool, f"{source}: /tools/{index}")
         for index, task in enumerate(world.tasks):
             _check_task(runtime, task, f"{source}: /tasks/{index}")
     finally:
-        runtime.close()
+        if own:
+            runtime.close()
 
 
 def _duplicates(names: list[str]) -> str | None:

@@ -1,0 +1,143 @@
+"""Isolation without copies: episodes are savepoints, state hashes come from the change log.
+
+No timings here (the benchmark measures those); these tests count what must not grow
+with the database: connections opened (every copy of a database needs one), full scans
+of the seed, and the rows a state hash reads.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import EXAMPLES, write_world
+from worlds import small_world
+
+from blobkit.build import BuildConfig, build_kit
+from blobkit.mint import Minter
+from world_format import runtime as runtime_module
+from world_format.loader import load_world
+from world_format.models import Column, Table
+from world_format.runtime import WorldRuntime, full_state_hash, scan_digests, strict_tables
+from world_format.state import create_table_sql
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Counts of sqlite3.connect calls and of episodes while a test runs."""
+    counts = {"connections": 0, "episodes": 0}
+    connect, episode = sqlite3.connect, WorldRuntime.episode
+
+    def counting_connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        counts["connections"] += 1
+        return connect(*args, **kwargs)
+
+    @contextmanager
+    def counting_episode(self: WorldRuntime) -> Iterator[Any]:
+        counts["episodes"] += 1
+        with episode(self) as value:
+            yield value
+
+    monkeypatch.setattr(sqlite3, "connect", counting_connect)
+    monkeypatch.setattr(WorldRuntime, "episode", counting_episode)
+    return counts
+
+
+def test_a_build_opens_the_same_databases_however_many_episodes_it_runs(tmp_path: Path,
+                                                                         counted: dict[str, int]) -> None:
+    world = write_world(tmp_path / "src", small_world())
+    build_kit(world, tmp_path / "few", BuildConfig(train_cases_per_task=2, eval_cases_per_task=1))
+    few = dict(counted)
+    counted.update(connections=0, episodes=0)
+    build_kit(world, tmp_path / "many", BuildConfig(train_cases_per_task=8, eval_cases_per_task=3))
+    assert counted["episodes"] > few["episodes"] + 20
+    # the seed built from inline rows, the working copy and the pristine copy: never one per episode
+    assert counted["connections"] == few["connections"] == 3
+
+
+def test_the_seed_is_scanned_once_however_many_runtimes_and_episodes(small_world_file: Path) -> None:
+    loaded = load_world(small_world_file)
+    for _ in range(2):
+        runtime = loaded.runtime()
+        for order_id in (100, 104, 108):
+            with runtime.episode() as episode:
+                episode.call("cancel_order", {"order_id": order_id})
+                episode.state_hash()
+        runtime.close()
+    assert loaded.sha256 and loaded.seed_state_hash
+    assert loaded.digests.scans == 1
+
+
+def test_an_episode_state_hash_reads_changed_rows_only(small_world_file: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime = load_world(small_world_file).runtime()
+    runtime.seed_digests  # noqa: B018 - the seed's one scan, before scans are forbidden
+    expected = []
+    with runtime.episode() as episode:
+        episode.call("cancel_order", {"order_id": 100})
+        episode.call("set_tier", {"customer_id": 2, "tier": "gold"})
+        expected.append(full_state_hash(runtime.conn, runtime.world.state.tables))
+
+    def no_scans(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("an episode rescanned a table")
+
+    monkeypatch.setattr(runtime_module, "_table_digest", no_scans)
+    with runtime.episode() as episode:
+        episode.call("cancel_order", {"order_id": 100})
+        episode.call("set_tier", {"customer_id": 2, "tier": "gold"})
+        assert [episode.state_hash()] == expected
+        assert {change.table for change in episode.changes()} == {"orders", "customers"}
+
+
+def _tricky_table(strict: bool) -> tuple[sqlite3.Connection, Table]:
+    columns = (Column(name="id", type="INTEGER", primary_key=True), Column(name="amount", type="REAL"),
+               Column(name="label", type="TEXT"), Column(name="data", type="BLOB"))
+    table = Table(name="things", columns=columns)
+    conn = sqlite3.connect(":memory:")
+    sql = create_table_sql(table)
+    conn.execute(sql if strict else sql.removesuffix(" STRICT"))
+    rng = random.Random(5)
+    values = [0.0, -0.0, 1.0, 2.5, -3.0, 1e20, 0.1 + 0.2, 9007199254740993.0, None]
+    for key in range(1, 60):
+        conn.execute("INSERT INTO things VALUES (?, ?, ?, ?)",
+                     (key, rng.choice(values), rng.choice(["a", "é ü", '"q"', "", None]),
+                      rng.choice([b"", b"\x00\xff", None])))
+    return conn, table
+
+
+def test_strict_tables_are_digested_exactly_like_the_general_form() -> None:
+    conn, table = _tricky_table(strict=True)
+    assert strict_tables(conn) == {"things"}
+    assert scan_digests(conn, [table], {"things"}) == scan_digests(conn, [table])
+    loose, _ = _tricky_table(strict=False)
+    assert strict_tables(loose) == frozenset()
+    assert scan_digests(loose, [table], strict_tables(loose)) == scan_digests(conn, [table])
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_example_seeds_digest_the_same_with_and_without_the_strict_shortcut(example: Path) -> None:
+    loaded = load_world(example / "world.json")
+    runtime = loaded.runtime()
+    try:
+        tables = loaded.world.state.tables
+        assert runtime.strict == {table.name for table in tables}
+        assert scan_digests(runtime.pristine, tables, runtime.strict) == scan_digests(runtime.pristine, tables)
+    finally:
+        runtime.close()
+
+
+def test_minting_reads_each_anchor_table_once_in_the_seeded_order(small_world_file: Path) -> None:
+    loaded = load_world(small_world_file)
+    runtime = loaded.runtime()
+    minter = Minter(loaded.world, runtime, seed=42)
+    keys = minter.keys("orders")
+    expected = sorted(keys)
+    random.Random("42:orders:keys").shuffle(expected)
+    assert list(keys) == expected
+    assert minter.keys("orders") is keys
+    runtime.close()
