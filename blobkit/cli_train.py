@@ -83,7 +83,7 @@ def train(kit: Path = typer.Option(..., "--world", "--kit", help="Kit directory 
           gpu_type: str = typer.Option("NVIDIA GeForce RTX 4090", "--gpu-type", help="runpod: GPU type id."),
           gpu_count: int = typer.Option(1, "--gpu-count", help="runpod: GPUs per pod."),
           as_json: bool = typer.Option(False, "--json")) -> None:
-    """Train a model on a kit (local-torch SFT), evaluate base vs SFT on held-out cases, export it.
+    """Train a model on a kit (SFT or GRPO; local-torch, local-mlx or runpod), evaluate on held-out cases, export.
 
     Example: blobkit train --world KIT --base out/tiny --method sft --target local-torch --full --out out/run
     """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,9 @@ Log = Callable[[str], None]
 
 def check_target(config: TrainConfig) -> None:
     """Refuse method/target pairs that do not exist, clearly and without a fallback."""
+    if config.target == "local-mlx" and (config.full or config.packing):
+        raise TargetUnavailableError("local-mlx trains LoRA adapters without packing; drop --full/--packing or use "
+                                     "--target local-torch")
     if config.target == "local-mlx" and config.method != "sft":
         raise TargetUnavailableError("GRPO does not run on local-mlx; train SFT with --target local-mlx, or run "
                                      "GRPO with --target local-torch or --target runpod")
@@ -106,7 +110,8 @@ def plan(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], data_path: P
         "base": {"source": base.source, "name_or_path": base.name_or_path, "revision": base.revision},
         "kit_sha256": kit.sha256, "data": str(data_path), "data_sha256": file_sha256(data_path),
         "rows": len(rows), "tokens": tokens,
-        "estimated_optimizer_steps": int(steps_per_epoch * config.epochs) if config.method == "sft" else config.steps,
+        "estimated_optimizer_steps": math.ceil(steps_per_epoch * config.epochs) if config.method == "sft"
+        else config.steps,
         "vram_estimate_gb": base.vram_estimate_gb(config.method),
     }
     if config.target == "runpod":
