@@ -125,7 +125,7 @@ def train(source: Path = typer.Option(..., "--source", help="The export: world.j
           learning_rate: float | None = typer.Option(None, "--lr", help="2e-4 (tiny: 2e-3)."),
           batch_size: int | None = typer.Option(None, "--batch-size"),
           max_length: int | None = typer.Option(None, "--max-length"),
-          eval_limit: int | None = typer.Option(None, "--eval-limit", help="Evaluate at most N held-out cases."),
+          eval_limit: int | None = typer.Option(None, "--eval-limit", help="Held-out cases per model (10)."),
           max_turns: int | None = typer.Option(None, "--max-turns", help="Turn cap of an episode (4)."),
           max_new_tokens: int | None = typer.Option(None, "--max-new-tokens", help="Tokens per turn (128)."),
           max_minutes: float | None = typer.Option(None, "--max-minutes", help="Budget: active minutes (30)."),

@@ -97,6 +97,8 @@ class CompanyConfig(BaseModel):
     """GRPO steps."""
     group_size: int = Field(2, ge=2)
     """GRPO attempts per prompt."""
+    rl_prompts_per_step: int = Field(1, ge=1)
+    """GRPO prompts per step (each sampled ``group_size`` times)."""
     temperature: float = Field(1.0, gt=0)
     """Sampling temperature of GRPO rollouts."""
     full: bool = False
@@ -109,8 +111,9 @@ class CompanyConfig(BaseModel):
     """Rows per optimizer step."""
     max_length: int = Field(2048, ge=64)
     """Longest training row in tokens (longer rows are an error)."""
-    eval_limit: int | None = Field(None, ge=1)
-    """Evaluate at most this many held-out cases (default: all of the kit's)."""
+    eval_limit: int | None = Field(10, ge=1)
+    """Evaluate at most this many held-out cases (None: all). Ten keeps the four evaluations (base, SFT, GRPO's
+    start and RL), four GRPO steps and the replay within 200 model calls at 4 turns per episode."""
     max_turns: int = Field(4, ge=1)
     """Turn cap of an evaluation or replay episode."""
     max_new_tokens: int = Field(128, ge=8)
@@ -494,9 +497,11 @@ class _Runner:
         """"max_model_calls" when the stage's worst case no longer fits the model-call budget."""
         turns, remaining = self.config.max_turns, self.config.max_model_calls - self.model_calls
         if stage == "sft":
-            need = 2 * self._eval_cases() * turns
+            need = self._evaluations_worst_case()
+        elif stage == "rl":
+            need = self._evaluations_worst_case() + self._rl_step_worst_case() + turns
         else:
-            need = {"rl": turns + 1, "replay": turns}.get(stage, 0)
+            need = turns if stage == "replay" else 0
         if remaining >= need:
             return None
         self.say(stage, f"stage {stage} may need up to {need} model calls but {remaining} of "
@@ -506,6 +511,14 @@ class _Runner:
     def _eval_cases(self) -> int:
         cases = int(self.records["kit"]["frozen"]["eval_cases"])
         return min(cases, self.config.eval_limit or cases)
+
+    def _evaluations_worst_case(self) -> int:
+        """Model calls of the two evaluations a training stage runs, if every episode hits the turn cap."""
+        return 2 * self._eval_cases() * self.config.max_turns
+
+    def _rl_step_worst_case(self) -> int:
+        c = self.config
+        return c.rl_prompts_per_step * c.group_size * c.max_turns
 
     # ------------------------------------------------------------------ endings
 
@@ -563,17 +576,19 @@ class _Runner:
         """The job's kit directory."""
         return Path(self.records["kit"]["build"]["kit"]["path"])
 
-    def _train_config(self, method: str, **extra: Any) -> Any:
+    def _train_config(self, method: str, **overrides: Any) -> Any:
+        """The trainers' ``TrainConfig`` for one method, from the job's config (``overrides`` win)."""
         from trainers.config import TrainConfig
 
         c, base = self.config, self.records["kit"]["base"]
-        return TrainConfig(kit=self.kit_dir, base=base["name_or_path"],
-                           revision=base["revision"] if base["source"] == "hub" else None, method=method,
-                           target="local-torch", out=self.dir / ("sft" if method == "sft" else "rl"), full=c.full,
-                           lora_rank=c.lora_rank, epochs=c.sft_epochs, steps=c.rl_steps, seed=c.seed,
-                           learning_rate=c.learning_rate, batch_size=c.batch_size, max_length=c.max_length,
-                           eval_limit=c.eval_limit, max_turns=c.max_turns, max_new_tokens=c.max_new_tokens,
-                           group_size=c.group_size, temperature=c.temperature, **extra)
+        fields = {"kit": self.kit_dir, "base": base["name_or_path"], "method": method, "target": "local-torch",
+                  "revision": base["revision"] if base["source"] == "hub" else None,
+                  "out": self.dir / ("sft" if method == "sft" else "rl"), "full": c.full, "lora_rank": c.lora_rank,
+                  "epochs": c.sft_epochs, "steps": c.rl_steps, "seed": c.seed, "learning_rate": c.learning_rate,
+                  "batch_size": c.batch_size, "max_length": c.max_length, "eval_limit": c.eval_limit,
+                  "max_turns": c.max_turns, "max_new_tokens": c.max_new_tokens, "group_size": c.group_size,
+                  "temperature": c.temperature}
+        return TrainConfig(**{**fields, **overrides})
 
     def _train(self, stage: str, config: Any) -> dict[str, Any]:
         """Plan then run one training method on the kit (the trainers write their own artifacts)."""
@@ -636,14 +651,31 @@ class _Runner:
                                        f"archive sha256 {build['kit']['sha256']} != {expected} from qualify")}
         return StageOutcome({"build": build, "frozen": frozen, "base": base}, artifacts, checks=checks)
 
+    @staticmethod
+    def _eval_calls(config: Any, counted: tuple[str, str], bounded: str, report: dict[str, Any]) -> int:
+        """Turns of two evaluations: one counted from its per-case file, one bounded by cases × turn cap.
+
+        ``counted`` is (report key, file name); ``bounded`` the report key of the evaluation whose
+        per-case results the trainer does not keep.
+        """
+        key, name = counted
+        path = config.out / name
+        turns = (sum(int(r["turns"]) for r in json.loads(path.read_text(encoding="utf-8"))) if path.is_file()
+                 else report[key]["cases"] * config.max_turns)
+        return turns + report[bounded]["cases"] * config.max_turns
+
     def _sft_calls(self, report: dict[str, Any], config: Any) -> tuple[int, bool]:
         """Model calls of the SFT stage: reported, or SFT turns counted plus an upper bound for the base."""
         if "model_calls" in report:
             return int(report["model_calls"]), True
-        path = config.out / "eval_cases_sft.json"
-        sft_turns = sum(int(r["turns"]) for r in json.loads(path.read_text())) if path.is_file() else (
-            report["sft"]["cases"] * config.max_turns)
-        return sft_turns + report["base"]["cases"] * config.max_turns, False
+        return self._eval_calls(config, ("sft", "eval_cases_sft.json"), "base", report), False
+
+    def _rl_calls(self, report: dict[str, Any], config: Any) -> tuple[int, bool]:
+        """Model calls of the RL stage: rollouts (reported) plus its evaluations (reported, or counted/bounded)."""
+        if "eval_model_calls" in report:
+            return int(report["model_calls"]) + int(report["eval_model_calls"]), True
+        evaluations = self._eval_calls(config, ("rl", "eval_cases_rl.json"), "sft", report)
+        return int(report["model_calls"]) + evaluations, False
 
     def _stage_sft(self) -> StageOutcome:
         config = self._train_config("sft")
@@ -666,15 +698,17 @@ class _Runner:
         return StageOutcome(record, artifacts, usage, exact, checks, report.get("stopped_by"))
 
     def _stage_rl(self) -> StageOutcome:
-        remaining_calls = self.config.max_model_calls - self.model_calls - self.config.max_turns
-        remaining_minutes = self.config.max_minutes - self.active_seconds() / 60
+        c = self.config
+        rollout_calls = c.max_model_calls - self.model_calls - self._evaluations_worst_case() - c.max_turns
+        remaining_minutes = c.max_minutes - self.active_seconds() / 60
         config = self._train_config("grpo", init_adapter=self.dir / "sft" / "export",
-                                    max_model_calls=remaining_calls, max_minutes=remaining_minutes)
+                                    batch_size=c.rl_prompts_per_step * c.group_size,
+                                    max_model_calls=rollout_calls, max_minutes=remaining_minutes)
         trained = self._train("rl", config)
         report = trained["report"]
         updates = int(report["optimizer_updates"])
-        usage = {"model_calls": int(report["model_calls"]), "optimizer_updates": updates,
-                 "tokens": int(report.get("tokens", 0))}
+        calls, exact = self._rl_calls(report, config)
+        usage = {"model_calls": calls, "optimizer_updates": updates, "tokens": int(report.get("tokens", 0))}
         artifacts = {"plan": config.out / "plan.json", "eval": config.out / "eval.json",
                      "export": config.out / "export" / "manifest.json"}
         delta = report["rl_minus_sft"]
@@ -682,7 +716,9 @@ class _Runner:
                                                       f"{report.get('steps_completed')} steps"),
                   "rl_beats_sft": (delta["pass_rate"] > 0, f"rl_minus_sft {delta['pass_rate']} on {delta['cases']} "
                                                            "held-out cases")}
-        return StageOutcome(trained, artifacts, usage, True, checks, report.get("stopped_by"))
+        record = {**trained, "model_calls": calls, "model_calls_exact": exact, "rollout_model_calls_allowed":
+                  rollout_calls}
+        return StageOutcome(record, artifacts, usage, exact, checks, report.get("stopped_by"))
 
     def _stage_evaluate(self) -> StageOutcome:
         results = assemble_results(self.records, complete=True)

@@ -143,6 +143,7 @@ def test_company_defaults_follow_the_issue() -> None:
     config = CompanyConfig.for_base("Qwen/Qwen2.5-0.5B-Instruct")
     assert (config.sft_epochs, config.rl_steps, config.group_size, config.max_minutes, config.max_model_calls,
             config.full) == (5, 4, 2, 30, 200, False)
+    assert (config.rl_prompts_per_step, config.eval_limit, config.max_turns) == (1, 10, 4)
     assert CompanyConfig.for_base("tiny").full is True
 
 
@@ -420,7 +421,6 @@ def _assert_complete(job: dict[str, Any], store_root: Path) -> None:
     assert (store_root / "jobs" / job["id"] / "export" / "manifest.json").is_file()
 
 
-@pytest.mark.slow
 def test_a_tiny_run_on_the_small_world_completes_with_measured_results(store: JobStore, source: Path) -> None:
     pytest.importorskip("trainers.grpo")
     job = run_job(store, create_job(store, source, "tiny", tiny_config(rl_steps=2)))
