@@ -175,10 +175,28 @@ cli_runpod.register(app)
 cli_company.register(app)
 
 
-def main() -> None:
-    """Entry point: run the app, turning library errors into one line and exit code 2."""
+def _click_exceptions() -> tuple[type[Exception], ...]:
+    """Usage-error classes: click's, and the copy of click that typer >= 0.29 vendors."""
+    import click
+
+    classes: list[type[Exception]] = [click.ClickException]
     try:
-        app(standalone_mode=False)
+        from typer import _click as vendored
+
+        classes.append(vendored.ClickException)
+    except (ImportError, AttributeError):
+        pass
+    return tuple(classes)
+
+
+def main() -> None:
+    """Entry point: run the app, turning library errors into one line and exit code 2.
+
+    Commands that finish with a verdict (not trainable, a failed job, a failed verification)
+    return their exit code; it is passed on to the shell.
+    """
+    try:
+        code = app(standalone_mode=False)
     except BlobkitError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)
@@ -187,13 +205,10 @@ def main() -> None:
     except typer.Abort:
         typer.echo("aborted", err=True)
         sys.exit(130)
-    except Exception as exc:  # click usage errors keep their own formatting
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise
+    except _click_exceptions() as exc:
+        exc.show()  # type: ignore[attr-defined]
+        sys.exit(getattr(exc, "exit_code", 2))
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

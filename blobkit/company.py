@@ -50,7 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from blobkit.build import BuildConfig, build_kit
 from blobkit.canonical import canonical_json, file_sha256, fsync_dir, replace_dir, sha256_hex, staging_dir
-from blobkit.errors import BlobkitError, KitError
+from blobkit.errors import BlobkitError, KitError, NotTrainableError, SourceError
 from blobkit.jobs import JobError, JobStore, worker_id
 from blobkit.kitfiles import Kit, open_kit
 
@@ -64,18 +64,6 @@ POLL_S = 0.5
 REPLAY_STDERR_TAIL = 2000
 REPLAY_ANSWER_CHARS = 1000
 Echo = Callable[[str], None]
-
-
-class SourceError(BlobkitError, ValueError):
-    """The company source is missing, unreadable or changed since its job was created."""
-
-    code = "source_error"
-
-
-class NotTrainableError(BlobkitError, ValueError):
-    """The source is valid but cannot be trained (too few independent states, no admitted task…)."""
-
-    code = "not_trainable"
 
 
 class CompanyConfig(BaseModel):

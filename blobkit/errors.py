@@ -73,3 +73,23 @@ class SpendGateError(TrainerError, PermissionError):
 
 class TargetUnavailableError(TrainerError):
     """The chosen training target or method is not available here."""
+
+
+class JobError(BlobkitError, RuntimeError):
+    """The job store cannot do what was asked (wrong state, busy worker, unreadable store)."""
+
+
+class JobNotFoundError(JobError, LookupError):
+    """No job with that id in the store."""
+
+
+class SourceError(BlobkitError, ValueError):
+    """The company source is missing, unreadable or changed since its job was created."""
+
+    code = "source_error"
+
+
+class NotTrainableError(BlobkitError, ValueError):
+    """The source is valid but cannot be trained (too few independent states, no admitted task…)."""
+
+    code = "not_trainable"

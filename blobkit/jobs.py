@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from blobkit.canonical import atomic_write_json, canonical_json, file_sha256
-from blobkit.errors import BlobkitError
+from blobkit.errors import JobError, JobNotFoundError
 
 SCHEMA_VERSION = 1
 DB_FILE = "jobs.sqlite"
@@ -95,14 +95,6 @@ _SCHEMA = (
         PRIMARY KEY (job_id, seq)
     )""",
 )
-
-
-class JobError(BlobkitError, RuntimeError):
-    """The job store cannot do what was asked (wrong state, busy worker, unreadable store)."""
-
-
-class JobNotFoundError(JobError, LookupError):
-    """No job with that id in the store."""
 
 
 def _iso(timestamp: float | None) -> str | None:
