@@ -72,6 +72,7 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
         "tool_call_parse_failures": sum(r["parse_failures"] for r in results),
         "refusal": {"false_acceptance": failed.get("write_refused", 0), "false_rejection": false_rejection},
         "verifier_errors": sum(1 for r in results if r["verdict"]["outcome"] == "error"),
+        "model_calls": sum(r["turns"] for r in results),
     }
 
 

@@ -337,6 +337,7 @@ def train_grpo(config: TrainConfig, kit: Kit, plan_record: dict[str, Any], log: 
                                     "cases": rl_eval["cases"]},
         "optimizer_updates": updates, "steps_completed": len(steps), "steps_planned": config.steps,
         "stopped_by": stopped_by, "model_calls": budget.model_calls,
+        "eval_model_calls": start_eval["model_calls"] + rl_eval["model_calls"],
         "active_seconds": round(time.monotonic() - budget.started, 1),
         "zero_variance_group_fraction": round(sum(zero_variance) / len(zero_variance), 4) if steps else None,
         "reward_history": [[s["step"], s["reward_mean"]] for s in steps],

@@ -189,6 +189,7 @@ def train_local_torch(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]],
     sft_eval, sft_results = _evaluate(model, tokenizer, loaded, cases, config, log, "sft")
     evals = {"base": base_eval, "sft": sft_eval}
     report = {**evals, "optimizer_updates": result.optimizer_steps, "stopped_by": result.stopped_by,
+              "model_calls": base_eval["model_calls"] + sft_eval["model_calls"],
               "train_seconds": round(result.train_seconds, 1),
               "loss_history": result.loss_history, "kit_sha256": kit.sha256,
               "sft_minus_base": round(sft_eval["pass_rate"] - base_eval["pass_rate"], 4)}

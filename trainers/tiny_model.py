@@ -87,8 +87,36 @@ def _train_bpe(texts: list[str], vocab_size: int) -> tuple[dict[str, int], list[
     return vocab, merges  # type: ignore[return-value]
 
 
+FREQUENT_LINE_SHARE = 0.25
+FREQUENT_LINE_MIN_CHARS = 12
+FREQUENT_LINE_LIMIT = 256
+
+
+def frequent_lines(texts: list[str]) -> list[str]:
+    """Lines (policies, the tool list) that recur in at least a quarter of the texts, longest first.
+
+    They become single added tokens: every row repeats the same system prompt, and a model
+    trained from scratch on two CPU cores cannot afford to re-read ~300 word tokens of it in every
+    row. The information is still in the prompt (each line is its own learned embedding); rows of
+    the retail example shrink from ~600 to ~250 tokens. Lines holding chat special tokens or tool
+    tags are left to those tokens.
+    """
+    counts: dict[str, int] = {}
+    for text in texts:
+        for line in set(text.split("\n")):
+            counts[line] = counts.get(line, 0) + 1
+    reserved = (*SPECIAL_TOKENS, *TAG_TOKENS)
+    chosen = [line for line, n in counts.items()
+              if n >= FREQUENT_LINE_SHARE * len(texts) and len(line.strip()) >= FREQUENT_LINE_MIN_CHARS
+              and not any(token in line for token in reserved) and line == line.strip()]
+    return sorted(chosen, key=lambda line: (-len(line), line))[:FREQUENT_LINE_LIMIT]
+
+
 def build_tokenizer(texts: Iterable[str], *, vocab_size: int = 2048) -> Any:
-    """Train the BPE on ``texts`` and wrap it in a ``Qwen2Tokenizer`` with the chat template."""
+    """Train the BPE on ``texts`` and wrap it in a ``Qwen2Tokenizer`` with the chat template.
+
+    Lines that recur across the texts are added as whole tokens (:func:`frequent_lines`).
+    """
     from tokenizers import AddedToken
     from transformers import Qwen2Tokenizer
 
@@ -112,6 +140,7 @@ def build_tokenizer(texts: Iterable[str], *, vocab_size: int = 2048) -> Any:
         {"additional_special_tokens": [AddedToken(t, special=True, normalized=False) for t in (IM_START,)]}
     )
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAG_TOKENS])
+    tok.add_tokens([AddedToken(line, special=False, normalized=False) for line in frequent_lines(corpus)])
     tok.chat_template = chat_template()
     for token in (*SPECIAL_TOKENS, *TAG_TOKENS):
         ids = tok.encode(token, add_special_tokens=False)
