@@ -345,7 +345,8 @@ def train_local_mlx(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], p
     sft_eval, sft_results = _evaluate(model, tokenizer, loaded, cases, config, log, "sft")
     evals = {"base": base_eval, "sft": sft_eval}
     report = {**evals, "optimizer_updates": result.optimizer_steps, "stopped_by": result.stopped_by,
-              "model_calls": base_eval["model_calls"] + sft_eval["model_calls"], "train_seconds": round(result.train_seconds, 1), "loss_history": result.loss_history,
+              "model_calls": base_eval["model_calls"] + sft_eval["model_calls"],
+              "train_seconds": round(result.train_seconds, 1), "loss_history": result.loss_history,
               "kit_sha256": kit.sha256, "sft_minus_base": round(sft_eval["pass_rate"] - base_eval["pass_rate"], 4)}
     atomic_write_json(config.out / "eval.json", report)
     atomic_write_json(config.out / "eval_cases_sft.json", sft_results)
