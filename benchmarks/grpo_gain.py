@@ -37,7 +37,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("out/bench-grpo"))
     parser.add_argument("--world", type=Path, default=ROOT / "examples" / "retail_desk" / "world.json")
-    parser.add_argument("--sft-epochs", default="2", help="short on purpose: leave room for RL")
+    parser.add_argument("--sft-epochs", default="1", help="short on purpose: leave room for RL")
     parser.add_argument("--steps", default="30")
     parser.add_argument("--group-size", default="4")
     parser.add_argument("--batch-size", default="16", help="episodes per GRPO step (prompts x group size)")
@@ -46,13 +46,13 @@ def main() -> None:
     args = parser.parse_args()
     out = args.out.resolve()
     started = time.monotonic()
-    kit = blobkit("build", "--world", str(args.world), "--out", str(out / "kit"), "--train-cases", "40",
+    kit = blobkit("build", "--world", str(args.world), "--out", str(out / "kit"), "--train-cases", "400",
                   "--eval-cases", "4")["kit"]["path"]
     subprocess.run([sys.executable, "-m", "blobkit.cli", "tiny-model", "--kit", kit, "--out", str(out / "tiny")],
                    check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     common = ["--world", kit, "--base", str(out / "tiny"), "--target", "local-torch", "--max-length", "2048",
               "--max-turns", "5", "--max-new-tokens", "64"]
-    sft = blobkit("train", *common, "--method", "sft", "--full", "--lr", "2e-3", "--batch-size", "8",
+    sft = blobkit("train", *common, "--method", "sft", "--full", "--lr", "5e-3", "--batch-size", "8",
                   "--epochs", args.sft_epochs, "--out", str(out / "sft"))
     rl = blobkit("train", *common, "--method", "grpo", "--init-adapter", str(out / "sft" / "export"),
                  "--steps", args.steps, "--group-size", args.group_size, "--batch-size", args.batch_size,

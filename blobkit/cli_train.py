@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +42,12 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) ->
 
 def tiny_model(kit: Path = typer.Option(..., "--kit", help="Kit whose text trains the tokenizer."),
                out: Path = typer.Option(..., "--out", help="Directory for the model."),
-               seed: int = typer.Option(0, help="Seed for the random weights.")) -> None:
+               seed: int = typer.Option(0, help="Seed for the random weights."),
+               hidden_size: int = typer.Option(64, "--hidden-size", help="Width of the model."),
+               layers: int = typer.Option(4, "--layers", help="Transformer blocks."),
+               heads: int = typer.Option(4, "--heads", help="Attention heads."),
+               vocab_size: int = typer.Option(600, "--vocab-size",
+                                              help="BPE size (small: emails stay copyable pieces).")) -> None:
     """Build a tiny Qwen2-architecture model with random weights for offline tests and the demo.
 
     Example: blobkit tiny-model --kit out/demo/kit/northwind-retail-train-kit --out out/demo/tiny
@@ -50,7 +57,8 @@ def tiny_model(kit: Path = typer.Option(..., "--kit", help="Kit whose text train
 
     with open_kit(kit) as opened:
         texts = row_texts(opened.jsonl("sft.jsonl"))
-    build_tiny_model(texts, out, seed=seed)
+    build_tiny_model(texts, out, seed=seed, hidden_size=hidden_size, num_layers=layers, num_heads=heads,
+                     vocab_size=vocab_size)
     typer.echo(f"tiny model written to {out}")
 
 
@@ -70,6 +78,7 @@ def train(kit: Path = typer.Option(..., "--world", "--kit", help="Kit directory 
           batch_size: int = typer.Option(8, "--batch-size"),
           max_length: int = typer.Option(1024, "--max-length"),
           packing: bool = typer.Option(False, "--packing"),
+          warmup_ratio: float = typer.Option(0.03, "--warmup-ratio", help="SFT: share of steps warming up the LR."),
           eval_limit: int | None = typer.Option(None, "--eval-limit", help="Evaluate at most N held-out cases."),
           max_turns: int = typer.Option(6, "--max-turns", help="Turn cap of an episode."),
           max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Tokens per generated turn."),
@@ -94,6 +103,7 @@ def train(kit: Path = typer.Option(..., "--world", "--kit", help="Kit directory 
     config = TrainConfig(kit=kit, data=data, base=base, method=method, target=target, out=out, dry_run=dry_run,
                          full=full, lora_rank=lora_rank, epochs=epochs, steps=steps, seed=seed,
                          learning_rate=learning_rate, batch_size=batch_size, max_length=max_length, packing=packing,
+                         warmup_ratio=warmup_ratio,
                          eval_limit=eval_limit, max_turns=max_turns, max_new_tokens=max_new_tokens,
                          init_adapter=init_adapter, group_size=group_size, temperature=temperature,
                          max_model_calls=max_model_calls, max_minutes=max_minutes, confirm_spend=confirm_spend,
@@ -106,7 +116,9 @@ def train(kit: Path = typer.Option(..., "--world", "--kit", help="Kit directory 
         if dry_run:
             result: dict[str, Any] = record
         else:
-            result = run_training(config, opened, rows, record, lambda line: typer.echo(line, err=True))
+            # TRL and transformers print progress dicts on stdout; keep stdout for the result alone
+            with contextlib.redirect_stdout(sys.stderr):
+                result = run_training(config, opened, rows, record, lambda line: typer.echo(line, err=True))
     if as_json:
         _echo_json(result)
     elif dry_run:

@@ -25,15 +25,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("out/demo"))
     parser.add_argument("--world", type=Path, default=ROOT / "examples" / "retail_desk" / "world.json")
-    parser.add_argument("--epochs", default="8")
+    parser.add_argument("--epochs", default="6")
     args = parser.parse_args()
     started = time.monotonic()
     record = json.loads(_run("build", "--world", str(args.world), "--out", str(args.out / "kit"), "--train-cases",
-                             "40", "--eval-cases", "4", "--json"))
+                             "400", "--eval-cases", "4", "--json"))
     kit = record["kit"]["path"]
     _run("tiny-model", "--kit", kit, "--out", str(args.out / "tiny"))
     report = json.loads(_run("train", "--world", kit, "--base", str(args.out / "tiny"), "--method", "sft",
-                             "--target", "local-torch", "--full", "--lr", "2e-3", "--batch-size", "8",
+                             "--target", "local-torch", "--full", "--lr", "5e-3", "--batch-size", "8",
                              "--epochs", args.epochs, "--max-length", "2048", "--max-turns", "5",
                              "--max-new-tokens", "64", "--out", str(args.out / "run"), "--json"))
     replay = json.loads(_run("replay", "--model", str(args.out / "run" / "export"), "--kit", kit, "--json"))

@@ -41,6 +41,8 @@ class TrainConfig(BaseModel):
     """Seed for data order, initialisation and sampling."""
     learning_rate: float = Field(2e-4, gt=0)
     """Peak learning rate."""
+    warmup_ratio: float = Field(0.03, ge=0, lt=1)
+    """Share of SFT optimizer steps spent warming the learning rate up (then linear decay)."""
     batch_size: int = Field(8, ge=1)
     """Rows per optimizer step."""
     max_length: int = Field(1024, ge=64)

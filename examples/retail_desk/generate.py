@@ -69,7 +69,7 @@ TABLES = [
 
 def build_rows(rng: random.Random) -> dict[str, list[list]]:
     customers, emails = [], set()
-    for index, (first, last) in enumerate(rng.sample([(f, s) for f in FIRST for s in LAST], 150)):
+    for index, (first, last) in enumerate(rng.sample([(f, s) for f in FIRST for s in LAST], 600)):
         local = rng.choice([f"{first}.{last}", f"{first[0]}{last}", f"{first}{last[0]}", f"{first}_{last}"]).lower()
         email = f"{local}@{rng.choice(MAIL_DOMAINS)}"
         while email in emails:
@@ -89,7 +89,7 @@ def build_rows(rng: random.Random) -> dict[str, list[list]]:
         product[0] = 201 + index
 
     placed = []
-    for _ in range(450):
+    for _ in range(1400):
         if rng.random() < 0.4:  # the Black Friday rush: a backlog of orders not yet shipped
             placed.append(date(2026, 11, 24) + timedelta(days=rng.randint(0, 4)))
         else:

@@ -1,0 +1,57 @@
+"""End to end on the CPU through the real CLI: kit → tiny model → SFT → GRPO → fresh-process replay.
+
+Marked slow (a few minutes on 2 cores); CI runs it (`make test-slow`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT
+
+pytest.importorskip("torch")
+pytest.importorskip("trl")
+
+
+def blobkit(*args: str) -> dict[str, Any]:
+    """Run ``python -m blobkit.cli ARGS --json`` in a fresh process and parse its record."""
+    done = subprocess.run([sys.executable, "-m", "blobkit.cli", *args, "--json"], text=True, capture_output=True,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}, cwd=ROOT,
+                          timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return dict(json.loads(done.stdout))
+
+
+@pytest.mark.slow
+def test_sft_beats_the_base_on_held_out_cases_then_grpo_updates_and_the_export_replays_fresh(tmp_path: Path) -> None:
+    record = blobkit("build", "--world", str(ROOT / "examples" / "retail_desk" / "world.json"), "--out",
+                     str(tmp_path / "kit"), "--train-cases", "40", "--eval-cases", "2")
+    kit = record["kit"]["path"]
+    subprocess.run([sys.executable, "-m", "blobkit.cli", "tiny-model", "--kit", kit, "--out", str(tmp_path / "tiny"),
+                    "--hidden-size", "64"], check=True, cwd=ROOT, capture_output=True)
+    common = ["--world", kit, "--base", str(tmp_path / "tiny"), "--target", "local-torch", "--max-turns", "5",
+              "--max-new-tokens", "64", "--max-length", "2048"]
+    sft = blobkit("train", *common, "--method", "sft", "--full", "--lr", "5e-3", "--batch-size", "8",
+                  "--epochs", "12", "--out", str(tmp_path / "sft"))
+    assert sft["optimizer_updates"] > 0 and sft["sft"]["cases"] == record["eval_cases"]
+    assert sft["sft"]["pass_rate"] > sft["base"]["pass_rate"], (sft["base"], sft["sft"])
+
+    rl = blobkit("train", *common, "--method", "grpo", "--init-adapter", str(tmp_path / "sft" / "export"),
+                 "--steps", "3", "--group-size", "4", "--batch-size", "8", "--lr", "5e-4", "--eval-limit", "6",
+                 "--out", str(tmp_path / "rl"))
+    assert rl["steps_completed"] == 3 and rl["model_calls"] > 0
+    assert {"sft", "rl", "rl_minus_sft"} <= set(rl) and rl["rl_minus_sft"]["cases"] == 6
+    steps = [json.loads(line) for line in (tmp_path / "rl" / "rl_steps.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps] == [1, 2, 3]
+    assert rl["optimizer_updates"] == sum(s["optimizer_update"] for s in steps)
+
+    replay = blobkit("replay", "--model", str(tmp_path / "sft" / "export"), "--kit", kit)
+    assert replay["verdict"]["outcome"] in {"pass", "fail"} and replay["model_kind"] == "full"
+    held_out = Path(kit, "eval_cases.jsonl").read_text(encoding="utf-8").splitlines()
+    assert replay["case_id"] in {json.loads(line)["case_id"] for line in held_out}
