@@ -54,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from blobkit.build import BuildConfig, build_kit  # noqa: E402
 from blobkit.chain import resolve_arguments, run_chain  # noqa: E402
 from world_format.executor import compile_tool, execute_tool  # noqa: E402
-from world_format.loader import SEED_FILE, LoadedWorld, load_world, parse_json, parse_world  # noqa: E402
+from world_format.loader import SEED_FILE, LoadedWorld, load_world, parse_world  # noqa: E402
 from world_format.models import Step, Task, World  # noqa: E402
 from world_format.pack import package_files  # noqa: E402
 from world_format.runtime import Episode, WorldRuntime  # noqa: E402
@@ -65,6 +65,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "retail_desk"
 DEFAULT_SIZES = (1_000, 10_000, 100_000, 1_000_000)
 ANCHOR_TABLES = ("customers", "orders", "products")
+BASE_CUSTOMERS, BASE_ORDERS = 150, 450
 BUILD_TARGET = 3.0
 NAIVE_TARGET = 10.0
 STAGES = ("load", "mint", "gate", "split", "replay", "write")
@@ -219,11 +220,11 @@ def _seed_database(world: World, rows: dict[str, list[list[Any]]], path: Path) -
 
 def write_scaled_world(size: int, out: Path) -> tuple[Path, dict[str, int]]:
     """A packaged copy of the example world scaled to ``size`` anchor rows; (directory, rows per table)."""
-    source = EXAMPLE / "world.json"
-    document = parse_json(source.read_bytes(), str(source))
+    # the example at its compact size (150 customers, 450 orders), so that 1k rows is a scale-up
+    document = json.loads(json.dumps(_generator().world_document(BASE_CUSTOMERS, BASE_ORDERS)))
     rows = scaled_rows(document["state"].pop("rows"), size)
     document["state"]["seed"] = SEED_FILE
-    world = parse_world(document, str(source))
+    world = parse_world(document, f"{EXAMPLE / 'generate.py'} (compact)")
     out.mkdir(parents=True, exist_ok=True)
     _seed_database(world, rows, out / SEED_FILE)
     loaded = LoadedWorld(world, (out / SEED_FILE).read_bytes(), "package", out)

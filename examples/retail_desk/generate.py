@@ -67,9 +67,14 @@ TABLES = [
 ]
 
 
-def build_rows(rng: random.Random) -> dict[str, list[list]]:
+CUSTOMERS = 600
+ORDERS = 1400
+
+
+def build_rows(rng: random.Random, customers_count: int = CUSTOMERS,
+               orders_count: int = ORDERS) -> dict[str, list[list]]:
     customers, emails = [], set()
-    for index, (first, last) in enumerate(rng.sample([(f, s) for f in FIRST for s in LAST], 600)):
+    for index, (first, last) in enumerate(rng.sample([(f, s) for f in FIRST for s in LAST], customers_count)):
         local = rng.choice([f"{first}.{last}", f"{first[0]}{last}", f"{first}{last[0]}", f"{first}_{last}"]).lower()
         email = f"{local}@{rng.choice(MAIL_DOMAINS)}"
         while email in emails:
@@ -89,7 +94,7 @@ def build_rows(rng: random.Random) -> dict[str, list[list]]:
         product[0] = 201 + index
 
     placed = []
-    for _ in range(1400):
+    for _ in range(orders_count):
         if rng.random() < 0.4:  # the Black Friday rush: a backlog of orders not yet shipped
             placed.append(date(2026, 11, 24) + timedelta(days=rng.randint(0, 4)))
         else:
@@ -329,10 +334,11 @@ def build_tasks(rows):
     return tasks
 
 
-def main() -> None:
+def world_document(customers_count: int = CUSTOMERS, orders_count: int = ORDERS) -> dict:
+    """The whole world document (``main`` writes it with the default sizes)."""
     rng = random.Random(SEED)
-    rows = build_rows(rng)
-    world = {
+    rows = build_rows(rng, customers_count, orders_count)
+    return {
         "format_version": "1",
         "identity": {
             "id": "timberline-retail", "name": "Timberline Outfitters", "domain": "retail support",
@@ -353,6 +359,11 @@ def main() -> None:
         "tools": TOOLS,
         "tasks": build_tasks(rows),
     }
+
+
+def main() -> None:
+    world = world_document()
+    rows = world["state"]["rows"]
     OUT.write_text(json.dumps(world, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
     counts = ", ".join(f"{name} {len(table)}" for name, table in rows.items())
     print(f"wrote {OUT} ({OUT.stat().st_size} bytes): {counts}")
