@@ -217,23 +217,6 @@ def _evaluate(model: Any, tokenizer: Any, kit: Kit, cases: list[dict[str, Any]],
     return evaluate_model(model, tokenizer, kit.world(), cases, config, log, label)
 
 
-def _plot(out: Path, steps: list[dict[str, Any]], evals: dict[str, Any]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
-    left.plot([s["step"] for s in steps], [s["reward_mean"] for s in steps], marker=".")
-    left.set(title="GRPO reward per step", xlabel="step", ylabel="mean reward", ylim=(-0.05, 1.05))
-    names = [n for n in ("base", "sft", "rl") if n in evals]
-    right.bar(names, [evals[n]["pass_rate"] for n in names], color=["#999", "#3a7", "#37a"][: len(names)])
-    right.set(title="held-out pass rate", ylim=(0, 1))
-    figure.tight_layout()
-    figure.savefig(out, dpi=100, metadata={"Software": None})
-    plt.close(figure)
-
-
 def _step_record(step: int, rollouts: list[Rollout], group_size: int, updated: bool, loss: float,
                  calls: int, seconds: float) -> dict[str, Any]:
     rewards = [r.reward for r in rollouts]
@@ -345,7 +328,10 @@ def train_grpo(config: TrainConfig, kit: Kit, plan_record: dict[str, Any], log: 
     }
     atomic_write_json(config.out / "eval.json", report)
     atomic_write_json(config.out / "eval_cases_rl.json", rl_results)
-    _plot(config.out / "training.png", steps, evals)
+    from .pipeline import plot_training
+
+    plot_training(config.out / "training.png", [(s["step"], s["reward_mean"]) for s in steps], evals,
+                  title="GRPO reward per step", ylabel="mean reward")
     return report
 
 

@@ -322,7 +322,7 @@ def train_local_mlx(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], p
     (usable with ``mlx_lm.generate --adapter-path``). ``stop`` is polled at every optimizer step.
     """
     from .export import export_model, load_export
-    from .pipeline import _evaluate, _plot
+    from .pipeline import _evaluate, finish_sft
 
     import_mlx()
     check_config(config)
@@ -343,12 +343,4 @@ def train_local_mlx(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], p
                           kit_sha256=kit.sha256)
     model, tokenizer, _ = load_export(export)
     sft_eval, sft_results = _evaluate(model, tokenizer, loaded, cases, config, log, "sft")
-    evals = {"base": base_eval, "sft": sft_eval}
-    report = {**evals, "optimizer_updates": result.optimizer_steps, "stopped_by": result.stopped_by,
-              "model_calls": base_eval["model_calls"] + sft_eval["model_calls"],
-              "train_seconds": round(result.train_seconds, 1), "loss_history": result.loss_history,
-              "kit_sha256": kit.sha256, "sft_minus_base": round(sft_eval["pass_rate"] - base_eval["pass_rate"], 4)}
-    atomic_write_json(config.out / "eval.json", report)
-    atomic_write_json(config.out / "eval_cases_sft.json", sft_results)
-    _plot(config.out / "training.png", result.loss_history, evals)
-    return report
+    return finish_sft(config, kit, base_eval, sft_eval, sft_results, result)

@@ -138,22 +138,39 @@ def _evaluate(model: Any, tokenizer: Any, loaded: LoadedWorld, cases: list[dict[
     return summary, results
 
 
-def _plot(out: Path, loss: list[tuple[int, float]], evals: dict[str, Any]) -> None:
+def plot_training(out: Path, series: list[tuple[int, float]], evals: dict[str, Any], *,
+                  title: str = "training loss", ylabel: str = "loss") -> None:
+    """A PNG with the per-step series (loss, or GRPO reward) and the held-out pass rates side by side."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
-    if loss:
-        left.plot([s for s, _ in loss], [v for _, v in loss])
-    left.set(title="training loss", xlabel="optimizer step", ylabel="loss")
+    if series:
+        left.plot([s for s, _ in series], [v for _, v in series], marker="." if len(series) < 50 else None)
+    left.set(title=title, xlabel="optimizer step" if ylabel == "loss" else "step", ylabel=ylabel)
     names = [n for n in ("base", "sft", "rl") if n in evals]
     right.bar(names, [evals[n]["pass_rate"] for n in names], color=["#999", "#3a7", "#37a"][: len(names)])
     right.set(title="held-out pass rate", ylim=(0, 1))
     figure.tight_layout()
     figure.savefig(out, dpi=100, metadata={"Software": None})
     plt.close(figure)
+
+
+def finish_sft(config: TrainConfig, kit: Kit, base_eval: dict[str, Any], sft_eval: dict[str, Any],
+               sft_results: list[dict[str, Any]], result: Any) -> dict[str, Any]:
+    """Write eval.json, the per-case SFT results and the plot of an SFT run (any target); return the record."""
+    evals = {"base": base_eval, "sft": sft_eval}
+    report = {**evals, "optimizer_updates": result.optimizer_steps, "stopped_by": result.stopped_by,
+              "model_calls": base_eval["model_calls"] + sft_eval["model_calls"],
+              "train_seconds": round(result.train_seconds, 1),
+              "loss_history": result.loss_history, "kit_sha256": kit.sha256,
+              "sft_minus_base": round(sft_eval["pass_rate"] - base_eval["pass_rate"], 4)}
+    atomic_write_json(config.out / "eval.json", report)
+    atomic_write_json(config.out / "eval_cases_sft.json", sft_results)
+    plot_training(config.out / "training.png", result.loss_history, evals)
+    return report
 
 
 def train_local_torch(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: dict[str, Any],
@@ -187,13 +204,4 @@ def train_local_torch(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]],
                           kit_sha256=kit.sha256)
     model, tokenizer, _ = load_export(export)
     sft_eval, sft_results = _evaluate(model, tokenizer, loaded, cases, config, log, "sft")
-    evals = {"base": base_eval, "sft": sft_eval}
-    report = {**evals, "optimizer_updates": result.optimizer_steps, "stopped_by": result.stopped_by,
-              "model_calls": base_eval["model_calls"] + sft_eval["model_calls"],
-              "train_seconds": round(result.train_seconds, 1),
-              "loss_history": result.loss_history, "kit_sha256": kit.sha256,
-              "sft_minus_base": round(sft_eval["pass_rate"] - base_eval["pass_rate"], 4)}
-    atomic_write_json(config.out / "eval.json", report)
-    atomic_write_json(config.out / "eval_cases_sft.json", sft_results)
-    _plot(config.out / "training.png", result.loss_history, evals)
-    return report
+    return finish_sft(config, kit, base_eval, sft_eval, sft_results, result)
