@@ -212,6 +212,21 @@ def test_lora_training_writes_a_canonical_adapter(tiny_dir: Path, tmp_path: Path
     assert (tmp_path / "lora" / "tokenizer.json").is_file()
 
 
+def test_the_same_seed_gives_byte_identical_adapters_and_another_seed_does_not(tiny_dir: Path,
+                                                                                tmp_path: Path) -> None:
+    from trainers.local_torch import train_sft
+
+    rows = [lookup_row(4000 + 3 * i) for i in range(8)]
+
+    def adapter(name: str, seed: int) -> bytes:
+        train_sft(tiny_dir, rows, tmp_path / name, epochs=1, learning_rate=1e-3, batch_size=4, seed=seed, lora=True,
+                  lora_rank=4, max_steps=2, progress=False)
+        return (tmp_path / name / "adapter_model.safetensors").read_bytes()
+
+    first, second, other = adapter("a", 7), adapter("b", 7), adapter("c", 8)
+    assert first == second and first != other
+
+
 @pytest.mark.slow
 def test_full_weight_training_learns_tool_calls_for_unseen_ids(tmp_path: Path) -> None:
     import torch
