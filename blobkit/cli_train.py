@@ -109,6 +109,12 @@ def train(kit: Path = typer.Option(..., "--world", "--kit", help="Kit directory 
                          max_model_calls=max_model_calls, max_minutes=max_minutes, confirm_spend=confirm_spend,
                          max_hours=max_hours, gpu_type=gpu_type, gpu_count=gpu_count)
     check_target(config)
+    if target == "runpod" and not dry_run:
+        import os
+
+        from trainers.runpod import gate_spend
+
+        gate_spend(config, os.environ)  # a refusal writes nothing, not even plan.json
     with open_kit(kit) as opened:
         data_path = data or opened.path("sft.jsonl")
         rows = _rows(data_path)

@@ -216,6 +216,7 @@ def test_cli_refuses_without_confirm_spend_and_states_the_cost(
     assert code == 2
     assert "--confirm-spend was not given" in err
     assert "$1.38/h, estimated maximum cost $2.76" in err and "RunPod GPU catalog" in err
+    assert not (tmp_path / "out").exists()  # a refusal writes nothing, not even plan.json
     assert {method for method, _, _ in fake.requests} == {"GET"}
     assert fake.count("POST", "/v2/pods") == 0 and fake.live_pods() == []
 

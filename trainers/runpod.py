@@ -284,6 +284,12 @@ def missing_for_launch(config: TrainConfig, settings: RunPodSettings, environ: M
     return missing
 
 
+def gate_spend(config: TrainConfig, environ: Mapping[str, str]) -> None:
+    """The spend gate with the catalog price when it can be read: run before anything is written."""
+    quote = quote_price(config, RunPodSettings.from_env(environ), environ)
+    check_spend_gate(config, environ, quote)
+
+
 def check_spend_gate(config: TrainConfig, environ: Mapping[str, str], quote: PriceQuote | None = None) -> None:
     """Refuse (SpendGateError) unless RUNPOD_API_KEY is set and --confirm-spend was given; creates nothing."""
     reasons = []
