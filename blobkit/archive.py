@@ -42,7 +42,7 @@ from typing import BinaryIO
 
 import zstandard
 
-from blobkit.canonical import file_sha256, fsync_dir
+from blobkit.canonical import atomic_writer, file_sha256
 from blobkit.errors import ArchiveError
 
 __all__ = [
@@ -278,19 +278,9 @@ def write_tar_zst(
             _write_tar(source_dir, root_name, entries, raw)
             tar_size = raw.tell()
             raw.seek(0)
-            fd, tmp_name = tempfile.mkstemp(prefix=f".{archive_path.name}.", suffix=".tmp", dir=archive_path.parent)
-            try:
-                with os.fdopen(fd, "wb") as out:
-                    compressor.copy_stream(raw, out, size=tar_size)
-                    out.flush()
-                    os.fsync(out.fileno())
-                digest = file_sha256(Path(tmp_name))
-                size = os.stat(tmp_name).st_size
-                os.replace(tmp_name, archive_path)
-            except BaseException:
-                Path(tmp_name).unlink(missing_ok=True)
-                raise
-        fsync_dir(archive_path.parent)
+            with atomic_writer(archive_path) as out:
+                compressor.copy_stream(raw, out, size=tar_size)
+        digest, size = file_sha256(archive_path), archive_path.stat().st_size
     except OSError as exc:
         raise ArchiveError(f"cannot write archive {archive_path}: {_one_line(str(exc))}") from exc
     return digest, size

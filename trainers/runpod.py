@@ -63,7 +63,6 @@ import shutil
 import socket
 import sys
 import tarfile
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -73,7 +72,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from blobkit.canonical import atomic_write_json, file_sha256, fsync_dir, jsonl_bytes
+from blobkit.canonical import atomic_write_json, atomic_writer, file_sha256, fsync_dir, jsonl_bytes
 from blobkit.errors import ChecksumError, ConfigError, SpendGateError, TrainerError
 from blobkit.kitfiles import Kit
 
@@ -428,25 +427,14 @@ def write_bundle(dest: Path, sources: list[tuple[str, Path]], extra: Mapping[str
     """Write a reproducible ``.tar.gz`` of ``sources`` (plus in-memory ``extra`` files) atomically."""
     files = sorted([item for name, path in sources for item in _tree_files(path, name)] +
                    [(name, Path()) for name in extra])
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            with gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as packed, \
-                    tarfile.open(fileobj=packed, mode="w", format=tarfile.PAX_FORMAT) as tar:
-                for name, path in files:
-                    if name in extra:
-                        tar.addfile(_tar_info(name, len(extra[name])), _BytesReader(extra[name]))
-                        continue
-                    with open(path, "rb") as handle:
-                        tar.addfile(_tar_info(name, os.fstat(handle.fileno()).st_size), handle)
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    fsync_dir(dest.parent)
+    with atomic_writer(dest) as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as packed, \
+                tarfile.open(fileobj=packed, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, path in files:
+            if name in extra:
+                tar.addfile(_tar_info(name, len(extra[name])), _BytesReader(extra[name]))
+                continue
+            with open(path, "rb") as handle:
+                tar.addfile(_tar_info(name, os.fstat(handle.fileno()).st_size), handle)
     return Bundle(dest, file_sha256(dest), dest.stat().st_size, len(files))
 
 
@@ -540,23 +528,18 @@ class HttpStore:
                 self._sleep(self._retry.backoff(attempt))
 
     def _stream_to(self, key: str, dest: Path, max_bytes: int) -> None:
-        tmp = dest.with_name(f".{dest.name}.part")
-        try:
-            with self._http.stream("GET", self.url(key)) as response:
-                if response.status_code == 429 or response.status_code >= 500:
-                    raise RunPodUnavailableError(f"HTTP {response.status_code}")
-                if response.status_code >= 300:
-                    raise self._fail(response, "download from", key)
-                written = 0
-                with open(tmp, "wb") as out:
-                    for block in response.iter_bytes(1 << 20):
-                        written += len(block)
-                        if written > max_bytes:
-                            raise TrainerError(f"transfer store: {_redact(self.url(key))} exceeds {max_bytes} bytes")
-                        out.write(block)
-            os.replace(tmp, dest)
-        finally:
-            tmp.unlink(missing_ok=True)
+        with self._http.stream("GET", self.url(key)) as response:
+            if response.status_code == 429 or response.status_code >= 500:
+                raise RunPodUnavailableError(f"HTTP {response.status_code}")
+            if response.status_code >= 300:
+                raise self._fail(response, "download from", key)
+            written = 0
+            with atomic_writer(dest) as out:
+                for block in response.iter_bytes(1 << 20):
+                    written += len(block)
+                    if written > max_bytes:
+                        raise TrainerError(f"transfer store: {_redact(self.url(key))} exceeds {max_bytes} bytes")
+                    out.write(block)
 
 
 # --------------------------------------------------------------------------- job leases
