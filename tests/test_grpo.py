@@ -202,7 +202,7 @@ def test_a_model_call_budget_stops_grpo_cleanly_and_keeps_its_evidence(retail_ki
                          steps=5, batch_size=2, group_size=2, max_turns=2, max_new_tokens=8, eval_limit=2,
                          max_model_calls=6, learning_rate=1e-3)
     plan_record = {"base": {"source": "local", "name_or_path": str(tiny), "revision": None}}
-    report = train_grpo(config, retail_kit, plan_record, lambda line: None)
+    report = train_grpo(config, retail_kit, retail_kit.jsonl("sft.jsonl"), plan_record, lambda line: None)
     # a step may make up to 1 prompt x 2 attempts x 2 turns = 4 calls: it only starts if that fits in 6
     assert report["stopped_by"] == "max_model_calls" and 1 <= report["steps_completed"] < 5
     assert report["model_calls"] <= 6 < report["model_calls"] + 4

@@ -210,13 +210,6 @@ def _load_policy(config: TrainConfig, plan_record: dict[str, Any]) -> tuple[Any,
     return PeftModel.from_pretrained(model, config.init_adapter, is_trainable=True), tokenizer, base
 
 
-def _evaluate(model: Any, tokenizer: Any, kit: Kit, cases: list[dict[str, Any]], config: TrainConfig, log: Log,
-              label: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    from .pipeline import _evaluate as evaluate_model
-
-    return evaluate_model(model, tokenizer, kit.world(), cases, config, log, label)
-
-
 def _step_record(step: int, rollouts: list[Rollout], group_size: int, updated: bool, loss: float,
                  calls: int, seconds: float) -> dict[str, Any]:
     rewards = [r.reward for r in rollouts]
@@ -231,27 +224,22 @@ def _step_record(step: int, rollouts: list[Rollout], group_size: int, updated: b
     }
 
 
-def _rows(kit: Kit, config: TrainConfig) -> list[dict[str, Any]]:
-    if config.data is None:
-        return kit.jsonl("sft.jsonl")
-    return [json.loads(line) for line in Path(config.data).read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def train_grpo(config: TrainConfig, kit: Kit, plan_record: dict[str, Any], log: Log,
+def train_grpo(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: dict[str, Any], log: Log,
                stop: Stop | None = None) -> dict[str, Any]:
     """Run GRPO, export the adapter, evaluate SFT (the start point) and RL on the held-out cases."""
     import torch
 
     from .export import export_model
     from .local_torch import _canonicalise_adapter_config
+    from .pipeline import _evaluate
 
-    rows = _rows(kit, config)
+    loaded = kit.world()
     train_cases = rl_cases(kit, rows)
     eval_cases = kit.jsonl("eval_cases.jsonl")[: config.eval_limit]
     assert_same_tools(rows, train_cases + eval_cases)
     model, tokenizer, base = _load_policy(config, plan_record)
     start_label = "sft" if config.init_adapter is not None else "base"
-    start_eval, _ = _evaluate(model, tokenizer, kit, eval_cases, config, log, start_label)
+    start_eval, _ = _evaluate(model, tokenizer, loaded, eval_cases, config, log, start_label)
 
     prompts_per_step = max(1, config.batch_size // config.group_size)
     step_calls = prompts_per_step * config.group_size * config.max_turns
@@ -264,7 +252,7 @@ def train_grpo(config: TrainConfig, kit: Kit, plan_record: dict[str, Any], log: 
     steps: list[dict[str, Any]] = []
     stopped_by: str | None = None
     updates = 0
-    runtime = kit.world().runtime()
+    runtime = loaded.runtime()
     try:
         for step in range(1, config.steps + 1):
             stopped_by = budget.exhausted(step_calls)
@@ -308,7 +296,7 @@ def train_grpo(config: TrainConfig, kit: Kit, plan_record: dict[str, Any], log: 
 
     del model
     reloaded, tokenizer, _ = load_export(export)
-    rl_eval, rl_results = _evaluate(reloaded, tokenizer, kit, eval_cases, config, log, "rl")
+    rl_eval, rl_results = _evaluate(reloaded, tokenizer, loaded, eval_cases, config, log, "rl")
     evals = {start_label: start_eval, "rl": rl_eval}
     previous = _previous_eval(config)
     if "base" in previous and start_label != "base":

@@ -49,7 +49,7 @@ def run_training(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan
     if config.method == "grpo":
         from .grpo import train_grpo
 
-        return train_grpo(config, kit, plan_record, log, stop)
+        return train_grpo(config, kit, rows, plan_record, log, stop)
     return train_local_torch(config, kit, rows, plan_record, log, stop)
 
 
