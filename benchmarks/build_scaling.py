@@ -54,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from blobkit.build import BuildConfig, build_kit  # noqa: E402
 from blobkit.chain import resolve_arguments, run_chain  # noqa: E402
 from world_format.executor import compile_tool, execute_tool  # noqa: E402
+from world_format.family import fill, first_family_row  # noqa: E402
 from world_format.loader import SEED_FILE, LoadedWorld, load_world, parse_world  # noqa: E402
 from world_format.models import Step, Task, World  # noqa: E402
 from world_format.pack import package_files  # noqa: E402
@@ -237,11 +238,21 @@ def write_scaled_world(size: int, out: Path) -> tuple[Path, dict[str, int]]:
 # --------------------------------------------------------------------------- measurements
 
 
-def _reference_task(world: World) -> Task:
-    """The replayed chain: the world's first task with a write in its reference chain."""
+def _reference_task(loaded: LoadedWorld) -> Task:
+    """The replayed chain: the world's first task with a write in its reference chain (a family's first case)."""
+    world = loaded.world
     writes = {tool.name for tool in world.tools if tool.effect == "write"}
-    return next((task for task in world.tasks if any(step.tool in writes for step in task.reference)),
+    task = next((task for task in world.tasks if any(step.tool in writes for step in task.reference)),
                 world.tasks[0])
+    if task.family is None:
+        return task
+    runtime = loaded.runtime()
+    try:
+        row = first_family_row(runtime, task)
+        assert row is not None, "the example's family query returns rows"
+        return fill(task, row)
+    finally:
+        runtime.close()
 
 
 @contextmanager
@@ -355,7 +366,7 @@ def measure(size: int, scratch: Path, repeats: int) -> SizeResult:
     build_s, stages, episodes, record = time_build(world_dir, scratch / f"kit-{size}")
     shutil.rmtree(scratch / f"kit-{size}")
     loaded = load_world(world_dir)
-    task = _reference_task(loaded.world)
+    task = _reference_task(loaded)
     ours = time_isolated_replay(loaded, task, repeats)
     naive = time_naive_replay(loaded.world, world_dir / SEED_FILE, task, max(3, repeats // 4))
     shutil.rmtree(world_dir)

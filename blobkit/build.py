@@ -21,7 +21,8 @@ from world_format.vcode import evaluate
 
 from .archive import write_tar_zst
 from .cases import Case, leakage_report, side_of
-from .chain import observation_hash, observation_text, run_chain
+from .chain import final_answer, observation_hash, observation_text, run_chain
+from .family_cases import FamilyReport, family_instances
 from .gate import gate_task
 from .kitfiles import KIT_FILE, KIT_FORMAT, file_table
 from .mint import Instance, Minter, TaskSpec, select_specs
@@ -53,6 +54,7 @@ class TaskEntry:
     matrix: dict[str, Any] | None = None
     reasons: tuple[str, ...] = ()
     distractor: Task | None = None
+    family: FamilyReport | None = None
 
 
 def _noop(stage: str, done: int, total: int) -> None:
@@ -118,13 +120,21 @@ def _authored_distractor(runtime: WorldRuntime, task: Task, minter: Minter) -> T
         update={"key": other})})
 
 
+def _authored(runtime: WorldRuntime, task: Task, config: BuildConfig) -> TaskEntry:
+    """An authored task as a candidate: its one case, or its family's verified cases."""
+    task_id = content_id(task.model_dump(mode="json", by_alias=True), "t-")
+    if task.family is None:
+        instance = Instance(task_id, task.anchor.key, task, ((task.anchor.table, task.anchor.key),))
+        return TaskEntry(task_id, "authored", task.template, None, [instance])
+    wanted = {"train": config.train_cases_per_task, "eval": config.eval_cases_per_task}
+    instances, report = family_instances(runtime, task, task_id, seed=config.seed, wanted=wanted,
+                                         eval_percent=config.eval_percent, scan_limit=config.scan_limit)
+    return TaskEntry(task_id, "authored", task.template, None, instances, family=report)
+
+
 def _candidates(loaded: LoadedWorld, minter: Minter, config: BuildConfig, progress: Progress) -> list[TaskEntry]:
     world = loaded.world
-    entries: list[TaskEntry] = []
-    for task in world.tasks:
-        task_id = content_id(task.model_dump(mode="json", by_alias=True), "t-")
-        instance = Instance(task_id, task.anchor.key, task, ((task.anchor.table, task.anchor.key),))
-        entries.append(TaskEntry(task_id, "authored", task.template, None, [instance]))
+    entries = [_authored(minter.runtime, task, config) for task in world.tasks]
     specs = select_specs(world, max(0, config.max_tasks - len(world.tasks)), config.seed)
     for index, spec in enumerate(specs):
         progress("mint", index, len(specs))
@@ -138,13 +148,16 @@ def _gate(runtime: WorldRuntime, minter: Minter, entries: list[TaskEntry], progr
     for index, entry in enumerate(entries):
         progress("gate", index, len(entries))
         if not entry.instances:
-            entry.reasons = ("mint: no anchor row fits this template",)
+            entry.reasons = (("family: no row of the query gives a case whose reference chain passes",)
+                             if entry.family else ("mint: no anchor row fits this template",))
             continue
         prototype = entry.instances[0].task
-        if entry.source == "authored":
+        if len(entry.instances) > 1:  # a minted template or an authored family: another of its cases
+            distractor: Task | None = entry.instances[1].task
+        elif entry.source == "authored":
             distractor = _authored_distractor(runtime, prototype, minter)
         else:
-            distractor = entry.instances[1].task if len(entry.instances) > 1 else None
+            distractor = None
         entry.distractor = distractor
         entry.matrix = gate_task(runtime, prototype, distractor)
         entry.reasons = tuple(entry.matrix["rejected_because"])
@@ -176,19 +189,13 @@ def _split(runtime: WorldRuntime, entries: list[TaskEntry], config: BuildConfig,
     return train, held_out
 
 
-def _final_answer(task: Task) -> tuple[str, str]:
-    if task.answer is not None:
-        return task.answer, "answer_key"
-    return "I have completed your request.", "templated_completion"
-
-
 def replay_row(runtime: WorldRuntime, task: Task, ids: tuple[str, str], system: str,
                tools: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Execute a training case's chain and record the conversation; None if its verifier does not pass.
 
     ``ids`` is (task id, case id).
     """
-    answer, answer_source = _final_answer(task)
+    answer, answer_source = final_answer(task)
     with runtime.episode() as episode:
         result = run_chain(episode, task.reference)
         verdict = evaluate(task.vcode, episode, answer, task.answer)
@@ -234,6 +241,7 @@ def _task_record(entry: TaskEntry, counts: dict[str, dict[str, int]]) -> dict[st
     return {"task_id": entry.task_id, "source": entry.source, "template": entry.template, "spec": entry.spec,
             "prototype": prototype, "distractor": distractor, "probe_matrix": entry.matrix,
             "rejected_because": list(entry.reasons),
+            "family": entry.family.to_json() if entry.family else None,
             "cases": counts.get(entry.task_id, {"train": 0, "eval": 0})}
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from blobkit.canonical import canonical_json, sha256_hex
 from blobkit.errors import ReplayError
-from world_format.models import ArgRef, Step
+from world_format.models import ArgRef, Step, Task
 from world_format.runtime import Episode, ToolEvent
 from world_format.vcode import json_pointer
 
@@ -64,3 +64,13 @@ def run_chain(episode: Episode, steps: Sequence[Step]) -> ChainRun:
             expected = "an error" if step.expect_error else "success"
             problem = f"step {index} ({step.tool}) expected {expected}, got {observation_text(event.observation)[:120]}"
     return ChainRun(tuple(episode.trace), not problem, problem)
+
+
+TEMPLATED_COMPLETION = "I have completed your request."
+
+
+def final_answer(task: Task) -> tuple[str, str]:
+    """The final answer a reference run gives, and where it came from."""
+    if task.answer is not None:
+        return task.answer, "answer_key"
+    return TEMPLATED_COMPLETION, "templated_completion"

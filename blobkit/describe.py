@@ -6,6 +6,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from world_format.family import fill, first_family_row, iter_family_rows
 from world_format.loader import LoadedWorld, load_world
 
 from .kitfiles import KIT_FILE, Kit, open_kit
@@ -30,6 +31,26 @@ def _table_rows(loaded: LoadedWorld) -> dict[str, int]:
         return {name: digest.rows for name, digest in runtime.seed_digests.items()}
     finally:
         runtime.close()
+
+
+def _task_lines(loaded: LoadedWorld) -> list[str]:
+    """One line per authored task; a family shows its first case and how many rows its query gives."""
+    lines = []
+    runtime = loaded.runtime()
+    try:
+        for task in loaded.world.tasks:
+            kinds = ", ".join(check.kind for check in task.vcode.checks)
+            if task.family is None:
+                lines.append(f"    - {task.instruction} [verifier: {kinds}]")
+                continue
+            first = first_family_row(runtime, task)
+            assert first is not None  # validated when the world loaded
+            rows = sum(1 for _ in iter_family_rows(runtime, task))
+            example = fill(task, first).instruction
+            lines.append(f"    - family of {rows} query rows, e.g. {example} [verifier: {kinds}]")
+    finally:
+        runtime.close()
+    return lines
 
 
 def world_summary(loaded: LoadedWorld) -> dict[str, Any]:
@@ -61,9 +82,7 @@ def _describe_world(loaded: LoadedWorld) -> tuple[dict[str, Any], str]:
         guard = f"; {len(tool.preconditions)} precondition(s)" if tool.preconditions else ""
         lines.append(f"    {tool.name}({params}) [{tool.effect}{guard}]")
     lines.append(f"  tasks: {len(world.tasks)}")
-    for task in world.tasks:
-        kinds = ", ".join(check.kind for check in task.vcode.checks)
-        lines.append(f"    - {task.instruction} [verifier: {kinds}]")
+    lines += _task_lines(loaded)
     return summary, "\n".join(lines)
 
 

@@ -106,6 +106,22 @@ def test_tiny_model_reloads_with_identical_token_ids(tiny_dir: Path, tokenizer: 
     assert model.config.vocab_size >= len(tokenizer)
 
 
+def test_an_email_tokenizes_to_the_same_ids_in_a_message_and_in_a_tool_call() -> None:
+    from trainers.tiny_model import build_tokenizer
+
+    emails = [f"{first}{sep}{last}@example.com" for first in ("kenji", "ana", "dev") for sep in (".", "_", "")
+              for last in ("brown", "ito")]
+    texts = [f'Hello, {e} here. <tool_call>{{"name": "find", "arguments": {{"email": "{e}"}}}}</tool_call> '
+             f"Hi, this is Kenji ({e}). Order 123 shipped." for e in emails * 8]
+    tok = build_tokenizer(texts, vocab_size=400)
+    for email in ("kenji.ito@example.com", "zed_quinn@example.com"):
+        alone = tok(email)["input_ids"]
+        for context in (f"Hello, {email} here", f'{{"email": "{email}"}}', f"this is Kenji ({email}).",
+                        f"{email} wrote"):
+            ids = tok(context)["input_ids"]
+            assert any(ids[i:i + len(alone)] == alone for i in range(len(ids))), (context, email)
+
+
 def test_two_builds_from_the_same_texts_and_seed_are_byte_identical(tmp_path: Path, tiny_dir: Path) -> None:
     import torch
 

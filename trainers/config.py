@@ -49,6 +49,10 @@ class TrainConfig(BaseModel):
     """Longest row in tokens; longer rows are an error, never dropped."""
     packing: bool = False
     """Pack rows (padding-free, no cross-example attention)."""
+    group_by_length: bool = False
+    """SFT without packing: batch rows of similar length together (seeded), so little compute goes to padding.
+    Faster, but batches of one length are batches of one task shape: from scratch at a high learning rate it
+    learned far worse (see README)."""
     merge: bool = False
     """Also export the merged model."""
     max_turns: int = Field(6, ge=1)

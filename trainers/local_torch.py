@@ -100,6 +100,7 @@ def train_sft(
     lora_alpha: int | None = None,
     max_length: int = 1024,
     packing: bool = False,
+    group_by_length: bool = False,
     max_steps: int | None = None,
     progress: bool = True,
     log_every: int = 10,
@@ -114,7 +115,9 @@ def train_sft(
     ``lora=True`` trains and saves a LoRA adapter (``adapter_model.safetensors`` +
     canonical ``adapter_config.json``); ``lora=False`` trains all weights and saves the full
     model with safetensors. The tokenizer is always saved next to it. ``max_steps`` (when
-    given) overrides ``epochs``. ``callbacks`` are extra ``transformers.TrainerCallback`` objects.
+    given) overrides ``epochs``. ``group_by_length`` (ignored when packing) batches rows of
+    similar token length together — seeded megabatches of 50 batches, sorted within — so a batch
+    pads to little more than its own rows. ``callbacks`` are extra ``transformers.TrainerCallback`` objects.
     ``stop`` is polled after every optimizer step; when it returns a reason, training ends at that
     step boundary, the model trained so far is saved, and the reason is ``SFTResult.stopped_by``.
     """
@@ -198,6 +201,7 @@ def train_sft(
             activation_checkpointing=False,
             max_length=max_length,
             packing=packing,
+            train_sampling_strategy="group_by_length" if group_by_length and not packing else "random",
             assistant_only_loss=True,
             logging_strategy="steps",
             logging_steps=max(1, log_every),

@@ -197,7 +197,8 @@ def train_local_torch(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]],
     result = train_sft(Path(base["name_or_path"]), rows, checkpoint, epochs=config.epochs,
                        learning_rate=config.learning_rate, batch_size=config.batch_size, seed=config.seed,
                        lora=not config.full, lora_rank=config.lora_rank, max_length=config.max_length,
-                       packing=config.packing, warmup_ratio=config.warmup_ratio, stop=stop)
+                       packing=config.packing, group_by_length=config.group_by_length,
+                       warmup_ratio=config.warmup_ratio, stop=stop)
     config_json = json.loads(config.model_dump_json())
     atomic_write_json(checkpoint / "train_config.json", config_json)
     export = export_model(checkpoint, config.out / "export", kind=result.kind, config=config_json, base=base,

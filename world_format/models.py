@@ -346,6 +346,15 @@ class Step(StrictModel):
     """Whether this call is expected to return a tool error (e.g. a refused write)."""
 
 
+class Family(StrictModel):
+    """Makes an authored task a family of cases: one per row of a query over the starting state."""
+
+    query: str = Field(min_length=1, max_length=20000)
+    """A single SELECT over the starting state, without parameters. Each row it returns is one case:
+    its columns fill the task's {{column}} slots. Rows whose filled-in reference chain does not pass
+    the filled-in verifier are left out of the kit and counted."""
+
+
 class Task(StrictModel):
     """A task with its reference chain and verifier."""
 
@@ -363,6 +372,9 @@ class Task(StrictModel):
     """How the task was made: "authored" for world tasks, else the minting template."""
     distractors: tuple[RowKey, ...] = ()
     """Anchor rows of the same shape used by the wrong-row probe (minted tasks fill this)."""
+    family: Family | None = None
+    """When set, the task is a template: a string that is exactly "{{name}}" becomes the value (and
+    type) of column name of one query row, and "{{name}}" inside a longer string becomes its text."""
 
 
 # --------------------------------------------------------------------------- world

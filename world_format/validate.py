@@ -16,6 +16,7 @@ import jsonschema
 from blobkit.errors import WorldFormatError
 
 from .executor import compile_tool
+from .family import fill, first_family_row, slots
 from .models import ArgRef, Ref, SqlCheck, Task, Tool, ToolCalledCheck, ToolNotCalledCheck, VCode, World
 from .runtime import WorldRuntime
 from .sqlguard import Mode, named_parameters
@@ -167,7 +168,24 @@ def _check_tool(runtime: WorldRuntime, tool: Tool, where: str) -> None:
 # --------------------------------------------------------------------------- tasks
 
 
+def _check_family(runtime: WorldRuntime, task: Task, where: str) -> None:
+    """A family's query is a parameterless SELECT with rows, and its first row fills in a valid task."""
+    assert task.family is not None
+    names, returns_rows = _prepare(runtime, task.family.query, "read", f"{where}/family/query")
+    if names or not returns_rows:
+        raise WorldFormatError(f"{where}/family/query: must be a SELECT without parameters")
+    if not slots(task):
+        raise WorldFormatError(f"{where}: a family task must use at least one {{{{column}}}} slot")
+    row = first_family_row(runtime, task, where)
+    if row is None:
+        raise WorldFormatError(f"{where}/family/query: returns no rows, so the family has no cases")
+    _check_task(runtime, fill(task, row, where), where)
+
+
 def _check_task(runtime: WorldRuntime, task: Task, where: str) -> None:
+    if task.family is not None:
+        _check_family(runtime, task, where)
+        return
     world = runtime.world
     table = world.state.table(task.anchor.table)
     if table is None or world.state.anchor(task.anchor.table) is None:

@@ -248,6 +248,49 @@ def verified(email):
     return {"kind": "tool_called", "tool": "find_customer_by_email", "arguments": {"email": email}}
 
 
+# Family queries: one case per row. Wording varies with the anchor row, as real customers' messages do.
+LATEST_PENDING = """
+WITH ranked AS (
+  SELECT id, customer_id, status, placed_on,
+         row_number() OVER (PARTITION BY customer_id ORDER BY placed_on DESC, id DESC) AS position,
+         lead(placed_on) OVER (PARTITION BY customer_id ORDER BY placed_on DESC, id DESC) AS placed_before
+  FROM orders)
+SELECT c.id AS customer_id, c.email, r.id AS order_id,
+       CASE c.id % 3 WHEN 0 THEN 'Hi, this is ' || c.name || ' (' || c.email || '). I ordered the wrong size in my '
+                                 || 'most recent order. Please cancel it.'
+                     WHEN 1 THEN 'Hello, my email is ' || c.email || '. Please cancel my latest order, I no longer '
+                                 || 'need it.'
+                     ELSE c.email || ' here. Can you cancel the most recent order I placed? I ordered it by '
+                          || 'mistake.' END AS instruction
+FROM ranked r JOIN customers c ON c.id = r.customer_id
+WHERE r.position = 1 AND r.status = 'pending' AND r.placed_before IS NOT NULL AND r.placed_on > r.placed_before
+"""
+
+DAMAGED_REFUND = f"""
+SELECT o.id AS order_id, c.email, o.total, printf('%.2f', o.total) AS total_text,
+       CASE o.id % 3 WHEN 0 THEN 'Hello, ' || c.email || ' here. Order ' || o.id || ' arrived with a torn seam. '
+                                 || 'I''d like a refund for it; how much will I get back?'
+                     WHEN 1 THEN 'My order ' || o.id || ' came damaged, the box was crushed. I''m ' || c.email
+                                 || '. Please refund it and tell me the amount.'
+                     ELSE 'This is ' || c.email || '. Order ' || o.id || ' arrived broken. Can I get a refund? '
+                          || 'How much will it be?' END AS instruction
+FROM orders o JOIN customers c ON c.id = o.customer_id
+WHERE o.status = 'delivered' AND o.delivered_on >= '{REFUND_WINDOW_START}'
+  AND NOT EXISTS (SELECT 1 FROM refunds r WHERE r.order_id = o.id)
+"""
+
+SHIPPED_CANCEL = """
+SELECT o.id AS order_id, c.email,
+       CASE o.id % 3 WHEN 0 THEN 'This is ' || c.email || '. Please cancel order ' || o.id
+                                 || ', I don''t need it anymore.'
+                     WHEN 1 THEN 'Hi, I''m ' || c.email || ' and I want to cancel order ' || o.id || '.'
+                     ELSE c.email || ' here. I changed my mind about order ' || o.id || ', please cancel it.' END
+         AS instruction
+FROM orders o JOIN customers c ON c.id = o.customer_id
+WHERE o.status = 'shipped'
+"""
+
+
 def build_tasks(rows):
     customers = {c[0]: c for c in rows["customers"]}
     orders_of = {cid: sorted((o for o in rows["orders"] if o[1] == cid), key=lambda o: (o[3], o[0]), reverse=True)
@@ -257,61 +300,57 @@ def build_tasks(rows):
 
     # 1. Cancel the customer's most recent order, which is still pending. The customer is the anchor: they name
     #    themselves by email and the order only as "my most recent", so the order is found through them.
-    cid = next(c for c in sorted(customers)[40:] if len(orders_of[c]) >= 2 and orders_of[c][0][2] == "pending"
-               and orders_of[c][0][3] > orders_of[c][1][3])
-    name, email, oid = customers[cid][1], customers[cid][2], orders_of[cid][0][0]
+    #    A family: one case per customer whose latest order is pending (and strictly later than the one before).
     tasks.append({
-        "instruction": f"Hi, this is {name} ({email}). I ordered the wrong size in my most recent order. "
-                       "Please cancel it.",
-        "anchor": {"table": "customers", "key": cid},
-        "reference": [{"tool": "find_customer_by_email", "arguments": {"email": email}},
+        "family": {"query": LATEST_PENDING.strip()},
+        "instruction": "{{instruction}}",
+        "anchor": {"table": "customers", "key": "{{customer_id}}"},
+        "reference": [{"tool": "find_customer_by_email", "arguments": {"email": "{{email}}"}},
                       {"tool": "list_orders", "arguments": {"customer_id": {"$from": 0, "pointer": "/id"}}},
                       {"tool": "cancel_order", "arguments": {"order_id": {"$from": 1, "pointer": "/0/id"}}}],
         "answer": None,
         "vcode": {"checks": [
-            check_sql("SELECT status FROM orders WHERE id = :order_id", {"order_id": oid}, [["cancelled"]]),
-            {"kind": "tool_called", "tool": "cancel_order", "arguments": {"order_id": oid}},
-            verified(email),
+            check_sql("SELECT status FROM orders WHERE id = :order_id", {"order_id": "{{order_id}}"},
+                      [["cancelled"]]),
+            {"kind": "tool_called", "tool": "cancel_order", "arguments": {"order_id": "{{order_id}}"}},
+            verified("{{email}}"),
             {"kind": "order", "tools": ["find_customer_by_email", "cancel_order"]},
-            {"kind": "unchanged_except", "rows": [{"table": "orders", "key": oid}]}]}})
+            {"kind": "unchanged_except", "rows": [{"table": "orders", "key": "{{order_id}}"}]}]}})
 
-    # 2. Refund a recently delivered, damaged order and say how much comes back.
-    order = next(o for o in rows["orders"][60:] if o[2] == "delivered" and o[4] >= REFUND_WINDOW_START
-                 and o[0] not in refunded)
-    oid, email, total = order[0], customers[order[1]][2], order[6]
+    # 2. Refund a recently delivered, damaged order and say how much comes back (a family over such orders).
     tasks.append({
-        "instruction": f"Hello, {email} here. Order {oid} arrived with a torn seam. I'd like a refund for it; "
-                       "how much will I get back?",
-        "anchor": {"table": "orders", "key": oid},
-        "reference": [{"tool": "find_customer_by_email", "arguments": {"email": email}},
-                      {"tool": "get_order", "arguments": {"order_id": oid}},
+        "family": {"query": DAMAGED_REFUND.strip()},
+        "instruction": "{{instruction}}",
+        "anchor": {"table": "orders", "key": "{{order_id}}"},
+        "reference": [{"tool": "find_customer_by_email", "arguments": {"email": "{{email}}"}},
+                      {"tool": "get_order", "arguments": {"order_id": "{{order_id}}"}},
                       {"tool": "issue_refund", "arguments": {"order_id": {"$from": 1, "pointer": "/id"},
                                                              "reason": "damaged"}}],
-        "answer": f"I've refunded order {oid} because it arrived damaged. You will get back ${total:.2f}.",
+        "answer": "I've refunded order {{order_id}} because it arrived damaged. You will get back ${{total_text}}.",
         "vcode": {"checks": [
-            check_sql("SELECT count(*), sum(amount) FROM refunds WHERE order_id = :order_id", {"order_id": oid},
-                      [[1, total]]),
-            {"kind": "tool_called", "tool": "issue_refund", "arguments": {"order_id": oid}},
-            verified(email),
+            check_sql("SELECT count(*), sum(amount) FROM refunds WHERE order_id = :order_id",
+                      {"order_id": "{{order_id}}"}, [[1, "{{total}}"]]),
+            {"kind": "tool_called", "tool": "issue_refund", "arguments": {"order_id": "{{order_id}}"}},
+            verified("{{email}}"),
             {"kind": "order", "tools": ["find_customer_by_email", "issue_refund"]},
-            {"kind": "answer", "mode": "number", "value": total},
+            {"kind": "answer", "mode": "number", "value": "{{total}}"},
             {"kind": "unchanged_except", "inserts": {"refunds": 1}}]}})
 
-    # 3. A shipped order cannot be cancelled: the agent must look, refuse and explain.
-    order = next(o for o in rows["orders"][100:] if o[2] == "shipped")
-    oid, email = order[0], customers[order[1]][2]
+    # 3. A shipped order cannot be cancelled: the agent must look, refuse and explain (a family over shipped orders).
     tasks.append({
-        "instruction": f"This is {email}. Please cancel order {oid}, I don't need it anymore.",
-        "anchor": {"table": "orders", "key": oid},
-        "reference": [{"tool": "find_customer_by_email", "arguments": {"email": email}},
-                      {"tool": "get_order", "arguments": {"order_id": oid}}],
-        "answer": f"Order {oid} has already shipped, so it can no longer be cancelled. Once it is delivered you "
-                  "can ask for a refund within 30 days.",
+        "family": {"query": SHIPPED_CANCEL.strip()},
+        "instruction": "{{instruction}}",
+        "anchor": {"table": "orders", "key": "{{order_id}}"},
+        "reference": [{"tool": "find_customer_by_email", "arguments": {"email": "{{email}}"}},
+                      {"tool": "get_order", "arguments": {"order_id": "{{order_id}}"}}],
+        "answer": "Order {{order_id}} has already shipped, so it can no longer be cancelled. Once it is delivered "
+                  "you can ask for a refund within 30 days.",
         "vcode": {"checks": [
-            verified(email),
-            {"kind": "tool_called", "tool": "get_order", "arguments": {"order_id": oid}},
+            verified("{{email}}"),
+            {"kind": "tool_called", "tool": "get_order", "arguments": {"order_id": "{{order_id}}"}},
             {"kind": "answer", "mode": "contains", "value": "shipped"},
-            check_sql("SELECT status FROM orders WHERE id = :order_id", {"order_id": oid}, [["shipped"]]),
+            check_sql("SELECT status FROM orders WHERE id = :order_id", {"order_id": "{{order_id}}"},
+                      [["shipped"]]),
             {"kind": "unchanged_except"}]}})
 
     # 4. How much has the customer spent on delivered orders (none refunded)?

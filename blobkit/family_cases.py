@@ -1,0 +1,103 @@
+"""Cases of a task family: the authored template filled in from rows of its query.
+
+Rows are put in a seeded order that does not depend on the order the query returns them,
+assigned to a side by their anchor row (as minted cases are), and a row becomes a case only
+when its filled-in reference chain runs cleanly and passes its filled-in verifier. Rows left
+out are counted, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from blobkit.canonical import canonical_json
+from blobkit.errors import WorldFormatError
+from world_format.family import fill, iter_family_rows
+from world_format.models import Task
+from world_format.runtime import WorldRuntime
+from world_format.vcode import evaluate
+
+from .cases import side_of
+from .chain import final_answer, run_chain
+from .mint import Instance
+
+
+@dataclass(frozen=True)
+class FamilyReport:
+    """How many rows the family's query returned, were looked at, and were left out (and why)."""
+
+    rows: int
+    scanned: int
+    left_out: dict[str, int]
+
+    def to_json(self) -> dict[str, Any]:
+        """As recorded in tasks.jsonl."""
+        return {"rows": self.rows, "scanned": self.scanned, "left_out": dict(sorted(self.left_out.items()))}
+
+
+def reference_passes(runtime: WorldRuntime, task: Task) -> bool:
+    """Whether the task's reference chain runs cleanly and its verifier passes, on an isolated episode."""
+    answer, _ = final_answer(task)
+    with runtime.episode() as episode:
+        result = run_chain(episode, task.reference)
+        return result.clean and evaluate(task.vcode, episode, answer, task.answer).passed
+
+
+def _rank(seed: int, task_id: str, row: dict[str, Any]) -> bytes:
+    return hashlib.sha256(f"{seed}:{task_id}:{canonical_json(row)}".encode()).digest()
+
+
+def seeded_order(rows: Iterable[dict[str, Any]], seed: int, task_id: str,
+                 keep: int) -> tuple[list[dict[str, Any]], int]:
+    """The ``keep`` rows that come first in an order fixed by the seed and the task, and how many rows there were.
+
+    The order is a seeded hash of each row's content, so it does not depend on the order the
+    query returns rows in; rows are streamed and only ``keep`` are held.
+    """
+    kept: list[tuple[bytes, int, dict[str, Any]]] = []  # a max-heap on rank: (negated rank, index, row)
+    total = 0
+    for total, row in enumerate(rows, start=1):
+        entry = (_negated(_rank(seed, task_id, row)), total, row)
+        if len(kept) < keep:
+            heapq.heappush(kept, entry)
+        elif entry[0] > kept[0][0]:  # ranks lower than the highest rank kept
+            heapq.heapreplace(kept, entry)
+    ordered = sorted(kept, key=lambda item: (_negated(item[0]), item[1]))
+    return [row for _, _, row in ordered], total
+
+
+def _negated(digest: bytes) -> bytes:
+    """A key whose ascending order is ``digest``'s descending order (a max-heap on a min-heap)."""
+    return bytes(255 - byte for byte in digest)
+
+
+def family_instances(runtime: WorldRuntime, task: Task, task_id: str, *, seed: int, wanted: dict[str, int],
+                     eval_percent: int, scan_limit: int) -> tuple[list[Instance], FamilyReport]:
+    """Up to ``wanted[side]`` verified cases per side (at least two in all when the rows allow)."""
+    rows, total = seeded_order(iter_family_rows(runtime, task), seed, task_id, scan_limit)
+    found: list[Instance] = []
+    counts = {"train": 0, "eval": 0}
+    left_out = {"does_not_fill_in": 0, "reference_fails": 0}
+    scanned = 0
+    for row in rows:
+        if all(counts[side] >= wanted[side] for side in counts):
+            break
+        scanned += 1
+        try:
+            filled = fill(task, row)
+        except WorldFormatError:
+            left_out["does_not_fill_in"] += 1
+            continue
+        side = side_of(seed, filled.anchor.table, filled.anchor.key, eval_percent)
+        if counts[side] >= wanted[side] and len(found) >= 2:
+            continue
+        if not reference_passes(runtime, filled):
+            left_out["reference_fails"] += 1
+            continue
+        found.append(Instance(task_id, filled.anchor.key, filled, ((filled.anchor.table, filled.anchor.key),)))
+        counts[side] += 1
+    return found, FamilyReport(total, scanned, left_out)

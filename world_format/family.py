@@ -1,0 +1,123 @@
+"""Task families: an authored task filled in from each row of a query over the starting state.
+
+A family task is a template. ``"{{email}}"`` as a whole string becomes the row's ``email`` value
+with its type (an integer stays an integer), and ``"... {{email}} ..."`` inside a longer string
+becomes its text. The filled-in task is validated as an ordinary :class:`Task`; the build then
+admits a row only when its reference chain passes its verifier (see ``blobkit.build``).
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Generator, Iterator
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from blobkit.errors import WorldFormatError
+
+from .models import Task
+
+if TYPE_CHECKING:
+    from .runtime import WorldRuntime
+
+SLOT = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_]*)\}\}")
+WHOLE_SLOT = re.compile(r"^\{\{([A-Za-z_][A-Za-z0-9_]*)\}\}$")
+FAMILY_ROW_LIMIT = 5_000_000
+"""Most rows a family query may return (the build streams them all to pick cases deterministically)."""
+FAMILY_QUERY_SECONDS = 60.0
+"""Time budget of one run of a family query."""
+
+
+def _template(task: Task) -> dict[str, Any]:
+    return task.model_dump(mode="json", by_alias=True, exclude={"family"})
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(key)
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def slots(task: Task) -> set[str]:
+    """Names of the {{slots}} a family task uses."""
+    return {name for text in _strings(_template(task)) for name in SLOT.findall(text)}
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _fill(value: Any, row: dict[str, Any]) -> Any:
+    if isinstance(value, str):
+        whole = WHOLE_SLOT.match(value)
+        if whole:
+            return row[whole.group(1)]
+        return SLOT.sub(lambda match: _text(row[match.group(1)]), value)
+    if isinstance(value, dict):
+        return {_fill(key, row): _fill(item, row) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_fill(item, row) for item in value]
+    return value
+
+
+def fill(task: Task, row: dict[str, Any], where: str = "task") -> Task:
+    """The family task filled in from one query row, validated as an ordinary task."""
+    missing = sorted(slots(task) - set(row))
+    if missing:
+        raise WorldFormatError(f"{where}: slot {{{{{missing[0]}}}}} is not a column of /family/query")
+    try:
+        return Task.model_validate(_fill(_template(task), row))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        location = "/".join(str(part) for part in first["loc"])
+        raise WorldFormatError(f"{where}: filled in from row {row}: /{location}: {first['msg']}") from None
+
+
+def iter_family_rows(runtime: WorldRuntime, task: Task, where: str = "task") -> Generator[dict[str, Any]]:
+    """The rows of the family's query over the starting state, as column → value, streamed.
+
+    The query runs read-only under the world's authorizer with a budget of
+    :data:`FAMILY_QUERY_SECONDS`; more than :data:`FAMILY_ROW_LIMIT` rows is an error.
+    """
+    if task.family is None:
+        raise WorldFormatError(f"{where}: not a family task")
+    count = 0
+    try:
+        with runtime.guard.world("read", timeout_s=FAMILY_QUERY_SECONDS) as conn:
+            cursor = conn.execute(task.family.query)
+            if cursor.description is None:
+                raise WorldFormatError(f"{where}/family/query: must be a SELECT that returns rows")
+            columns = [column[0] for column in cursor.description]
+            if len(set(columns)) != len(columns):
+                raise WorldFormatError(f"{where}/family/query: column names must be distinct, got {columns}")
+            while batch := cursor.fetchmany(1000):
+                count += len(batch)
+                if count > FAMILY_ROW_LIMIT:
+                    raise WorldFormatError(
+                        f"{where}/family/query: returns more than {FAMILY_ROW_LIMIT} rows; narrow it")
+                for row in batch:
+                    yield dict(zip(columns, row, strict=True))
+    except (sqlite3.Error, sqlite3.Warning) as exc:
+        message = str(exc)
+        if "not authorized" in message:
+            message = "uses an operation a read-only query may not perform"
+        elif "interrupted" in message:
+            message = f"ran past its {FAMILY_QUERY_SECONDS:.0f} s budget"
+        raise WorldFormatError(f"{where}/family/query: {message}") from None
+
+
+def first_family_row(runtime: WorldRuntime, task: Task, where: str = "task") -> dict[str, Any] | None:
+    """The first row the family's query returns, or None when it returns none."""
+    rows = iter_family_rows(runtime, task, where)
+    try:
+        return next(rows, None)
+    finally:
+        rows.close()
