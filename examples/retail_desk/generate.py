@@ -18,10 +18,22 @@ OUT = Path(__file__).with_name("world.json")
 
 FIRST = ["Avery", "Benjamin", "Camila", "Daniel", "Elena", "Farah", "Gabriel", "Hannah", "Isaac", "Jasmine",
          "Kenji", "Laura", "Mateo", "Nadia", "Owen", "Priya", "Quinn", "Rafael", "Sofia", "Tobias",
-         "Uma", "Victor", "Wren", "Xavier", "Yara", "Zoe", "Amara", "Callum", "Diego", "Freya"]
+         "Uma", "Victor", "Wren", "Xavier", "Yara", "Zoe", "Amara", "Callum", "Diego", "Freya",
+         "Aiko", "Bilal", "Chiara", "Dmitri", "Esme", "Femi", "Greta", "Hamza", "Ines", "Joaquin",
+         "Keanu", "Leila", "Marisol", "Nikhil", "Olga", "Pablo", "Rosa", "Saoirse", "Tariq", "Ulrich",
+         "Valentina", "Wei", "Ximena", "Yusuf", "Zainab", "Anouk", "Bruno", "Cyrus", "Dalia", "Emeka",
+         "Fatima", "Gideon", "Hugo", "Ivana", "Jonah", "Kiri", "Lucia", "Malik", "Noor", "Oskar",
+         "Petra", "Ravi", "Sven", "Thandiwe", "Ulla", "Vikram", "Willa", "Yosef", "Zara", "Arjun",
+         "Beatriz", "Cormac", "Dara", "Elio", "Flora", "Gaspard", "Hiroshi", "Isla", "Jude", "Kaveh"]
 LAST = ["Anderson", "Bauer", "Castillo", "Dubois", "Eriksen", "Fischer", "Garcia", "Hughes", "Ito", "Jensen",
         "Kowalski", "Lindqvist", "Morales", "Nakamura", "Okafor", "Patel", "Quinlan", "Rossi", "Schmidt", "Tanaka",
-        "Underwood", "Valdez", "Whitaker", "Yilmaz", "Zhang", "Moreau", "Brennan", "Sato", "Novak", "Oyelaran"]
+        "Underwood", "Valdez", "Whitaker", "Yilmaz", "Zhang", "Moreau", "Brennan", "Sato", "Novak", "Oyelaran",
+        "Abara", "Bianchi", "Chowdhury", "Delgado", "Eze", "Ferreira", "Gallagher", "Haddad", "Iyer", "Jovanovic",
+        "Kim", "Larsen", "Mensah", "Nguyen", "Olsen", "Petrov", "Qureshi", "Reyes", "Silva", "Takahashi",
+        "Usman", "Varga", "Wojcik", "Xu", "Yamamoto", "Zielinski", "Alvarez", "Becker", "Costa", "Dimitrov",
+        "Ekstrom", "Fontaine", "Gupta", "Horvat", "Ibrahim", "Jung", "Kaur", "Lopez", "Murphy", "Nilsen",
+        "Ortiz", "Park", "Ramos", "Sokolov", "Tran", "Ueda", "Vasquez", "Weber", "Young", "Zeller",
+        "Adeyemi", "Bergstrom", "Carvalho", "Duarte", "Engel", "Fitzgerald", "Grant", "Hoang", "Ivanova", "Jaramillo"]
 MAIL_DOMAINS = ["gmail.com", "outlook.com", "yahoo.com", "icloud.com", "proton.me", "fastmail.com"]
 CITIES = ["Portland", "Seattle", "Denver", "Boise", "Salt Lake City", "Bend", "Spokane", "Missoula", "Eugene",
           "Tacoma", "Flagstaff", "Santa Fe", "Bozeman", "Reno", "Sacramento", "Asheville", "Burlington", "Duluth"]
