@@ -6,7 +6,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from world_format.family import fill, first_family_row, iter_family_rows
+from world_format.family import fill, iter_family_rows
 from world_format.loader import LoadedWorld, load_world
 
 from .kitfiles import KIT_FILE, Kit, open_kit
@@ -43,9 +43,12 @@ def _task_lines(loaded: LoadedWorld) -> list[str]:
             if task.family is None:
                 lines.append(f"    - {task.instruction} [verifier: {kinds}]")
                 continue
-            first = first_family_row(runtime, task)
-            assert first is not None  # validated when the world loaded
-            rows = sum(1 for _ in iter_family_rows(runtime, task))
+            rows, first = 0, None
+            for row in iter_family_rows(runtime, task):
+                rows += 1
+                if first is None:
+                    first = row
+            assert first is not None  # validated when the world loaded: the query returns rows
             example = fill(task, first).instruction
             lines.append(f"    - family of {rows} query rows, e.g. {example} [verifier: {kinds}]")
     finally:

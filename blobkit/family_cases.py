@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,23 +56,18 @@ def seeded_order(rows: Iterable[dict[str, Any]], seed: int, task_id: str,
     """The ``keep`` rows that come first in an order fixed by the seed and the task, and how many rows there were.
 
     The order is a seeded hash of each row's content, so it does not depend on the order the
-    query returns rows in; rows are streamed and only ``keep`` are held.
+    query returns rows in; rows are streamed and only ``keep`` are held (``heapq.nsmallest``).
     """
-    kept: list[tuple[bytes, int, dict[str, Any]]] = []  # a max-heap on rank: (negated rank, index, row)
     total = 0
-    for total, row in enumerate(rows, start=1):
-        entry = (_negated(_rank(seed, task_id, row)), total, row)
-        if len(kept) < keep:
-            heapq.heappush(kept, entry)
-        elif entry[0] > kept[0][0]:  # ranks lower than the highest rank kept
-            heapq.heapreplace(kept, entry)
-    ordered = sorted(kept, key=lambda item: (_negated(item[0]), item[1]))
-    return [row for _, _, row in ordered], total
 
+    def counted() -> Iterator[dict[str, Any]]:
+        nonlocal total
+        for row in rows:
+            total += 1
+            yield row
 
-def _negated(digest: bytes) -> bytes:
-    """A key whose ascending order is ``digest``'s descending order (a max-heap on a min-heap)."""
-    return bytes(255 - byte for byte in digest)
+    picked = heapq.nsmallest(keep, counted(), key=lambda row: _rank(seed, task_id, row))
+    return picked, total
 
 
 def family_instances(runtime: WorldRuntime, task: Task, task_id: str, *, seed: int, wanted: dict[str, int],

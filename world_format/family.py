@@ -46,9 +46,13 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(item)
 
 
+def _slots_in(template: dict[str, Any]) -> set[str]:
+    return {name for text in _strings(template) for name in SLOT.findall(text)}
+
+
 def slots(task: Task) -> set[str]:
     """Names of the {{slots}} a family task uses."""
-    return {name for text in _strings(_template(task)) for name in SLOT.findall(text)}
+    return _slots_in(_template(task))
 
 
 def _text(value: Any) -> str:
@@ -70,11 +74,12 @@ def _fill(value: Any, row: dict[str, Any]) -> Any:
 
 def fill(task: Task, row: dict[str, Any], where: str = "task") -> Task:
     """The family task filled in from one query row, validated as an ordinary task."""
-    missing = sorted(slots(task) - set(row))
+    template = _template(task)
+    missing = sorted(_slots_in(template) - set(row))
     if missing:
         raise WorldFormatError(f"{where}: slot {{{{{missing[0]}}}}} is not a column of /family/query")
     try:
-        return Task.model_validate(_fill(_template(task), row))
+        return Task.model_validate(_fill(template, row))
     except ValidationError as exc:
         first = exc.errors()[0]
         location = "/".join(str(part) for part in first["loc"])

@@ -171,11 +171,15 @@ def _check_tool(runtime: WorldRuntime, tool: Tool, where: str) -> None:
 def _check_family(runtime: WorldRuntime, task: Task, where: str) -> None:
     """A family's query is a parameterless SELECT with rows, and its first row fills in a valid task."""
     assert task.family is not None
-    names, returns_rows = _prepare(runtime, task.family.query, "read", f"{where}/family/query")
-    if names or not returns_rows:
+    try:
+        names = named_parameters(task.family.query)
+    except ValueError as exc:
+        raise WorldFormatError(f"{where}/family/query: {exc}") from None
+    if names:
         raise WorldFormatError(f"{where}/family/query: must be a SELECT without parameters")
     if not slots(task):
         raise WorldFormatError(f"{where}: a family task must use at least one {{{{column}}}} slot")
+    # One run, read-only under the world's authorizer, which refuses a write or any other operation there.
     row = first_family_row(runtime, task, where)
     if row is None:
         raise WorldFormatError(f"{where}/family/query: returns no rows, so the family has no cases")
