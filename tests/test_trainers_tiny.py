@@ -269,3 +269,17 @@ def test_full_weight_training_learns_tool_calls_for_unseen_ids(tmp_path: Path) -
         parsed = parse_assistant_output(generate_turn(model, tokenizer, messages, [GET_ORDER]))
         correct += parsed.tool_calls == [{"name": "get_order", "arguments": {"order_id": order_id}}]
     assert correct >= 8
+
+
+def test_training_progress_shows_the_loss_in_the_bar_instead_of_printing_a_dict_per_log_step(
+        tiny_dir: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    from trainers.local_torch import train_sft
+
+    rows = [lookup_row(5000 + i) for i in range(8)]
+    result = train_sft(tiny_dir, rows, tmp_path / "out", epochs=1, learning_rate=1e-3, batch_size=4, seed=0,
+                       lora=True, lora_rank=4, max_steps=2, progress=True, log_every=1)
+    shown = capfd.readouterr()
+    text = shown.out + shown.err
+    assert [s for s, _ in result.loss_history] == [1, 2]
+    assert "{'loss'" not in text and "'grad_norm'" not in text
+    assert "2/2" in text and "loss=" in text

@@ -86,6 +86,17 @@ def _canonicalise_adapter_config(path: Path) -> None:
     atomic_write_json(path, config)
 
 
+def _loss_in_progress_bar(progress_callback: type) -> Any:
+    """transformers' progress bar, with the latest loss in the bar instead of one printed dict per log step."""
+
+    class LossInProgressBar(progress_callback):  # type: ignore[misc,valid-type]
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any) -> None:
+            if self.training_bar is not None and logs and "loss" in logs:
+                self.training_bar.set_postfix(loss=f"{float(logs['loss']):.4f}", refresh=False)
+
+    return LossInProgressBar()
+
+
 def train_sft(
     model_dir: Path,
     rows: list[dict[str, Any]],
@@ -123,6 +134,7 @@ def train_sft(
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers.trainer_callback import ProgressCallback
     from trl import SFTConfig, SFTTrainer
 
     if not rows:
@@ -221,6 +233,9 @@ def train_sft(
             peft_config=peft_config,
             callbacks=[_LossRecorder(), _StopHook(), *callbacks],
         )
+        if progress:
+            trainer.remove_callback(ProgressCallback)
+            trainer.add_callback(_loss_in_progress_bar(ProgressCallback))
         if not packing and len(trainer.train_dataset) != len(rows):
             raise TrainerError(
                 f"the trainer kept {len(trainer.train_dataset)} of {len(rows)} rows after preparation"
