@@ -81,6 +81,8 @@ def train(kit: Path = typer.Option(..., "--world", "--kit", help="Kit directory 
           group_by_length: bool = typer.Option(False, "--group-by-length",
                                                help="SFT: batch rows of similar length (less padding)."),
           warmup_ratio: float = typer.Option(0.03, "--warmup-ratio", help="SFT: share of steps warming up the LR."),
+          grounding_repeats: int = typer.Option(0, "--grounding-repeats",
+                                                help="SFT: extra examples of each tool call that quotes the user."),
           eval_limit: int | None = typer.Option(None, "--eval-limit", help="Evaluate at most N held-out cases."),
           max_turns: int = typer.Option(6, "--max-turns", help="Turn cap of an episode."),
           max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Tokens per generated turn."),
@@ -106,7 +108,8 @@ def train(kit: Path = typer.Option(..., "--world", "--kit", help="Kit directory 
                          full=full, lora_rank=lora_rank, epochs=epochs, steps=steps, seed=seed,
                          learning_rate=learning_rate, batch_size=batch_size, max_length=max_length, packing=packing,
                          group_by_length=group_by_length, warmup_ratio=warmup_ratio,
-                         eval_limit=eval_limit, max_turns=max_turns, max_new_tokens=max_new_tokens,
+                         grounding_repeats=grounding_repeats, eval_limit=eval_limit, max_turns=max_turns,
+                         max_new_tokens=max_new_tokens,
                          init_adapter=init_adapter, group_size=group_size, temperature=temperature,
                          max_model_calls=max_model_calls, max_minutes=max_minutes, confirm_spend=confirm_spend,
                          max_hours=max_hours, gpu_type=gpu_type, gpu_count=gpu_count)

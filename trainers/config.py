@@ -53,6 +53,10 @@ class TrainConfig(BaseModel):
     """SFT without packing: batch rows of similar length together (seeded), so little compute goes to padding.
     Faster, but batches of one length are batches of one task shape: from scratch at a high learning rate it
     learned far worse (see README)."""
+    grounding_repeats: int = Field(0, ge=0, le=16)
+    """SFT: add every grounding turn (a tool call whose text argument quotes the user, such as the email address
+    a customer gave) this many extra times as its own example: the executed conversation up to that call.
+    0 turns it off."""
     merge: bool = False
     """Also export the merged model."""
     max_turns: int = Field(6, ge=1)

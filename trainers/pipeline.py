@@ -16,6 +16,7 @@ from world_format.loader import LoadedWorld
 
 from .catalog import ResolvedBase, resolve_base
 from .config import TrainConfig
+from .grounding import grounding_examples, with_grounding_repeats
 
 Log = Callable[[str], None]
 
@@ -38,6 +39,8 @@ def run_training(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan
                  log: Log, stop: Callable[[], str | None] | None = None) -> dict[str, Any]:
     """Dispatch a validated, planned run to its target; every target returns the eval.json record."""
     check_target(config)
+    if config.method == "sft":
+        rows = with_grounding_repeats(rows, config.grounding_repeats)
     if config.target == "runpod":
         from .runpod import train_runpod
 
@@ -104,12 +107,13 @@ def plan(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], data_path: P
     if tokens.get("rows_over_max_length"):
         raise ConfigError(f"rows {tokens['rows_over_max_length'][:10]} are longer than --max-length "
                           f"{config.max_length} tokens; raise it (rows are never dropped)")
-    steps_per_epoch = -(-len(rows) // config.batch_size)
+    extra = len(grounding_examples(rows)) * config.grounding_repeats if config.method == "sft" else 0
+    steps_per_epoch = -(-(len(rows) + extra) // config.batch_size)
     result = {
         "config": json.loads(config.model_dump_json()),
         "base": {"source": base.source, "name_or_path": base.name_or_path, "revision": base.revision},
         "kit_sha256": kit.sha256, "data": str(data_path), "data_sha256": file_sha256(data_path),
-        "rows": len(rows), "tokens": tokens,
+        "rows": len(rows), "grounding_examples": extra, "tokens": tokens,
         "estimated_optimizer_steps": math.ceil(steps_per_epoch * config.epochs) if config.method == "sft"
         else config.steps,
         "vram_estimate_gb": base.vram_estimate_gb(config.method),
@@ -193,7 +197,7 @@ def train_local_torch(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]],
     base_eval, _ = _evaluate(base_model, tokenizer, loaded, cases, config, log, "base")
     del base_model
     checkpoint = config.out / "checkpoint"
-    log(f"training ({'full weights' if config.full else f'LoRA rank {config.lora_rank}'}) on {len(rows)} rows")
+    log(f"training ({'full weights' if config.full else f'LoRA rank {config.lora_rank}'}) on {len(rows)} examples")
     result = train_sft(Path(base["name_or_path"]), rows, checkpoint, epochs=config.epochs,
                        learning_rate=config.learning_rate, batch_size=config.batch_size, seed=config.seed,
                        lora=not config.full, lora_rank=config.lora_rank, max_length=config.max_length,

@@ -1,0 +1,83 @@
+"""Grounding turns (tool calls that quote the user's words) and the extra SFT examples made from them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from blobkit.build import BuildConfig, build_kit
+from blobkit.errors import ConfigError
+from blobkit.kitfiles import open_kit
+from trainers.config import TrainConfig
+from trainers.grounding import grounding_examples, grounding_turns, with_grounding_repeats
+from trainers.pipeline import plan, validate_rows
+
+
+def _call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"role": "assistant", "content": "", "tool_calls": [{"type": "function",
+                                                               "function": {"name": name, "arguments": arguments}}]}
+
+
+def email_row(email: str, said: str | None = None) -> dict[str, Any]:
+    """find the customer by the email they gave, then list their orders, then answer."""
+    return {
+        "messages": [
+            {"role": "system", "content": "You are the support agent."},
+            {"role": "user", "content": f"Hi, this is {said or email}. How many orders do I have?"},
+            _call("find_customer_by_email", {"email": email}),
+            {"role": "tool", "name": "find_customer_by_email", "content": json.dumps({"id": 7, "email": email})},
+            _call("list_orders", {"customer_id": 7}),
+            {"role": "tool", "name": "list_orders", "content": "[]"},
+            {"role": "assistant", "content": "You have no orders."},
+        ],
+        "tools": [{"type": "function", "function": {"name": "find_customer_by_email"}}],
+        "metadata": {"case_id": email},
+    }
+
+
+def test_a_call_passing_the_users_email_is_a_grounding_turn_and_a_call_passing_an_observed_id_is_not() -> None:
+    assert grounding_turns(email_row("kim.lee@example.com")) == [2]
+
+
+def test_a_string_the_user_never_wrote_does_not_count() -> None:
+    assert grounding_turns(email_row("kim.lee@example.com", said="Kim Lee")) == []
+
+
+def test_a_grounding_example_is_the_executed_conversation_up_to_and_including_that_call() -> None:
+    row = email_row("kim.lee@example.com")
+    (example,) = grounding_examples([row])
+    assert example["messages"] == row["messages"][:3]
+    assert example["tools"] == row["tools"] and "metadata" not in example
+
+
+def test_repeats_append_each_grounding_example_that_many_times_after_the_rows() -> None:
+    rows = [email_row("kim.lee@example.com"), email_row("x@example.com", said="X"), email_row("ana_ito@example.com")]
+    out = with_grounding_repeats(rows, 2)
+    assert out[:3] == rows and len(out) == 3 + 2 * 2
+    assert [m["messages"][1]["content"] for m in out[3:]] == [rows[0]["messages"][1]["content"],
+                                                              rows[2]["messages"][1]["content"]] * 2
+    assert with_grounding_repeats(rows, 0) == rows
+    with pytest.raises(ConfigError):
+        with_grounding_repeats(rows, -1)
+
+
+def test_the_plan_counts_grounding_examples_in_the_optimizer_steps_and_they_validate(tmp_path: Path) -> None:
+    from conftest import write_world
+    from worlds import small_world
+
+    record = build_kit(write_world(tmp_path / "src", small_world()), tmp_path / "out",
+                       BuildConfig(train_cases_per_task=4, eval_cases_per_task=2))
+    kit_path = Path(record["kit"]["path"])
+    with open_kit(kit_path) as kit:
+        rows = kit.jsonl("sft.jsonl")
+        examples = grounding_examples(rows)
+        assert examples, "the small world's email lookups quote the user"
+        validate_rows(kit.world(), examples)
+        config = TrainConfig(kit=kit_path, base="Qwen/Qwen2.5-0.5B-Instruct", method="sft", target="local-torch",
+                             out=tmp_path / "plan", dry_run=True, batch_size=4, epochs=1, grounding_repeats=3)
+        planned = plan(config, kit, rows, kit.path("sft.jsonl"))
+    assert planned["rows"] == len(rows) and planned["grounding_examples"] == 3 * len(examples)
+    assert planned["estimated_optimizer_steps"] == -(-(len(rows) + 3 * len(examples)) // 4)
