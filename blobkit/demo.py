@@ -34,7 +34,7 @@ def main() -> None:
     kit = record["kit"]["path"]
     _run("tiny-model", "--kit", kit, "--out", str(args.out / "tiny"))
     report = json.loads(_run("train", "--world", kit, "--base", str(args.out / "tiny"), "--method", "sft",
-                             "--target", "local-torch", "--full", "--lr", "5e-3", "--batch-size", "8",
+                             "--target", "local-torch", "--full", "--lr", "3e-3", "--batch-size", "8",
                              "--epochs", args.epochs, "--grounding-repeats", args.grounding_repeats,
                              "--max-length", "2048", "--max-turns", "5",
                              "--max-new-tokens", "64", "--out", str(args.out / "run"), "--json"))
