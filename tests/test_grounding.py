@@ -12,7 +12,13 @@ from blobkit.build import BuildConfig, build_kit
 from blobkit.errors import ConfigError
 from blobkit.kitfiles import open_kit
 from trainers.config import TrainConfig
-from trainers.grounding import grounding_examples, grounding_turns, with_grounding_repeats
+from trainers.grounding import (
+    answer_quote_examples,
+    answer_quote_turns,
+    grounding_examples,
+    grounding_turns,
+    with_grounding_repeats,
+)
 from trainers.pipeline import plan, validate_rows
 
 
@@ -81,3 +87,32 @@ def test_the_plan_counts_grounding_examples_in_the_optimizer_steps_and_they_vali
         planned = plan(config, kit, rows, kit.path("sft.jsonl"))
     assert planned["rows"] == len(rows) and planned["grounding_examples"] == 3 * len(examples)
     assert planned["estimated_optimizer_steps"] == -(-(len(rows) + 3 * len(examples)) // 4)
+
+
+def total_row(total: str, user_says: str = "What is the total of order 51264?") -> dict[str, Any]:
+    """get_order, then an answer quoting the observed total."""
+    return {
+        "messages": [
+            {"role": "system", "content": "You are the support agent."},
+            {"role": "user", "content": user_says},
+            _call("get_order", {"order_id": 51264}),
+            {"role": "tool", "name": "get_order", "content": json.dumps({"id": 51264, "total": float(total)})},
+            {"role": "assistant", "content": f"The total of order 51264 is {total}."},
+        ],
+    }
+
+
+def test_an_answer_quoting_an_observed_amount_counts_and_one_repeating_the_users_figure_does_not() -> None:
+    assert answer_quote_turns(total_row("265.57")) == [4]
+    assert answer_quote_turns(total_row("265.57", user_says="Is 265.57 the total of order 51264?")) == []
+    assert answer_quote_turns(email_row("kim.lee@example.com")) == []
+    (example,) = answer_quote_examples([total_row("265.57")])
+    assert example["messages"] == total_row("265.57")["messages"]
+
+
+def test_answer_repeats_come_after_the_grounding_repeats() -> None:
+    rows = [email_row("kim.lee@example.com"), total_row("265.57")]
+    out = with_grounding_repeats(rows, 1, answer_repeats=2)
+    assert len(out) == 2 + 1 + 2
+    assert out[2]["messages"] == rows[0]["messages"][:3]
+    assert out[3]["messages"] == out[4]["messages"] == rows[1]["messages"]

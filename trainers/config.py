@@ -57,6 +57,9 @@ class TrainConfig(BaseModel):
     """SFT: add every grounding turn (a tool call whose text argument quotes the user, such as the email address
     a customer gave) this many extra times as its own example: the executed conversation up to that call.
     0 turns it off."""
+    answer_quote_repeats: int = Field(0, ge=0, le=16)
+    """SFT: add every assistant answer that quotes a figure from a tool observation (such as an order total) this
+    many extra times as its own example: the executed conversation up to that answer. 0 turns it off."""
     merge: bool = False
     """Also export the merged model."""
     max_turns: int = Field(6, ge=1)

@@ -9,6 +9,7 @@ conversation up to and including that call, nothing invented.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +17,10 @@ from blobkit.errors import ConfigError
 
 MIN_QUOTED_CHARS = 3
 """Shorter string arguments ("a", "ok") match user text by chance and are not counted as quotes."""
+
+
+_FIGURE = re.compile(r"\d+\.\d+")
+"""A figure with a fractional part (an amount such as 265.57): quoting one means copying it, digit by digit."""
 
 
 def _string_leaves(value: Any) -> Iterator[str]:
@@ -46,11 +51,26 @@ def grounding_turns(row: dict[str, Any]) -> list[int]:
     return turns
 
 
-def grounding_examples(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One example per grounding turn: the row's messages up to and including that turn, with the row's tools."""
+def answer_quote_turns(row: dict[str, Any]) -> list[int]:
+    """Indexes of the assistant messages whose text quotes a figure from an earlier tool observation (not the user)."""
+    turns: list[int] = []
+    user_text, observed = "", ""
+    for index, message in enumerate(row.get("messages") or []):
+        content = str(message.get("content") or "")
+        if message.get("role") == "user":
+            user_text += "\n" + content
+        elif message.get("role") == "tool":
+            observed += "\n" + content
+        elif message.get("role") == "assistant" and any(
+                figure in observed and figure not in user_text for figure in _FIGURE.findall(content)):
+            turns.append(index)
+    return turns
+
+
+def _prefix_examples(rows: list[dict[str, Any]], turns_of: Any) -> list[dict[str, Any]]:
     examples: list[dict[str, Any]] = []
     for row in rows:
-        for index in grounding_turns(row):
+        for index in turns_of(row):
             example: dict[str, Any] = {"messages": row["messages"][: index + 1]}
             if row.get("tools"):
                 example["tools"] = row["tools"]
@@ -58,10 +78,21 @@ def grounding_examples(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return examples
 
 
-def with_grounding_repeats(rows: list[dict[str, Any]], repeats: int) -> list[dict[str, Any]]:
-    """The rows, then every grounding example ``repeats`` times (the trainer shuffles with its seed)."""
-    if repeats < 0:
+def grounding_examples(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One example per grounding turn: the row's messages up to and including that turn, with the row's tools."""
+    return _prefix_examples(rows, grounding_turns)
+
+
+def answer_quote_examples(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One example per answer that quotes an observed figure: the row's messages up to and including it."""
+    return _prefix_examples(rows, answer_quote_turns)
+
+
+def with_grounding_repeats(rows: list[dict[str, Any]], repeats: int, answer_repeats: int = 0) -> list[dict[str, Any]]:
+    """The rows, then every grounding example ``repeats`` times and every answer-quote example ``answer_repeats``
+    times (the trainer shuffles with its seed)."""
+    if repeats < 0 or answer_repeats < 0:
         raise ConfigError("grounding repeats must be >= 0")
-    if repeats == 0:
-        return list(rows)
-    return list(rows) + grounding_examples(rows) * repeats
+    extra = grounding_examples(rows) * repeats if repeats else []
+    extra += answer_quote_examples(rows) * answer_repeats if answer_repeats else []
+    return list(rows) + extra

@@ -16,7 +16,7 @@ from world_format.loader import LoadedWorld
 
 from .catalog import ResolvedBase, resolve_base
 from .config import TrainConfig
-from .grounding import grounding_examples, with_grounding_repeats
+from .grounding import with_grounding_repeats
 
 Log = Callable[[str], None]
 
@@ -40,7 +40,7 @@ def run_training(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan
     """Dispatch a validated, planned run to its target; every target returns the eval.json record."""
     check_target(config)
     if config.method == "sft":
-        rows = with_grounding_repeats(rows, config.grounding_repeats)
+        rows = with_grounding_repeats(rows, config.grounding_repeats, config.answer_quote_repeats)
     if config.target == "runpod":
         from .runpod import train_runpod
 
@@ -107,7 +107,8 @@ def plan(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], data_path: P
     if tokens.get("rows_over_max_length"):
         raise ConfigError(f"rows {tokens['rows_over_max_length'][:10]} are longer than --max-length "
                           f"{config.max_length} tokens; raise it (rows are never dropped)")
-    extra = len(grounding_examples(rows)) * config.grounding_repeats if config.method == "sft" else 0
+    extra = (len(with_grounding_repeats(rows, config.grounding_repeats, config.answer_quote_repeats)) - len(rows)
+             if config.method == "sft" else 0)
     steps_per_epoch = -(-(len(rows) + extra) // config.batch_size)
     result = {
         "config": json.loads(config.model_dump_json()),
