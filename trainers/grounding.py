@@ -10,7 +10,7 @@ conversation up to and including that call, nothing invented.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from blobkit.errors import ConfigError
@@ -39,35 +39,34 @@ def _quotes(call: dict[str, Any], user_text: str) -> bool:
     return any(len(s) >= MIN_QUOTED_CHARS and s in user_text for s in _string_leaves(arguments))
 
 
+def _assistant_turns(row: dict[str, Any]) -> Iterator[tuple[int, dict[str, Any], str, str]]:
+    """Each assistant message with its index, the user's text before it and the tool observations before it."""
+    user_text, observed = "", ""
+    for index, message in enumerate(row.get("messages") or []):
+        role = message.get("role")
+        if role == "user":
+            user_text += "\n" + str(message.get("content") or "")
+        elif role == "tool":
+            observed += "\n" + str(message.get("content") or "")
+        elif role == "assistant":
+            yield index, message, user_text, observed
+
+
 def grounding_turns(row: dict[str, Any]) -> list[int]:
     """Indexes of the assistant messages whose tool calls pass a string the user wrote earlier, verbatim."""
-    turns: list[int] = []
-    user_text = ""
-    for index, message in enumerate(row.get("messages") or []):
-        if message.get("role") == "user":
-            user_text += "\n" + str(message.get("content") or "")
-        elif message.get("role") == "assistant" and any(_quotes(c, user_text) for c in message.get("tool_calls") or []):
-            turns.append(index)
-    return turns
+    return [index for index, message, user_text, _ in _assistant_turns(row)
+            if any(_quotes(call, user_text) for call in message.get("tool_calls") or [])]
 
 
 def answer_quote_turns(row: dict[str, Any]) -> list[int]:
     """Indexes of the assistant messages whose text quotes a figure from an earlier tool observation (not the user)."""
-    turns: list[int] = []
-    user_text, observed = "", ""
-    for index, message in enumerate(row.get("messages") or []):
-        content = str(message.get("content") or "")
-        if message.get("role") == "user":
-            user_text += "\n" + content
-        elif message.get("role") == "tool":
-            observed += "\n" + content
-        elif message.get("role") == "assistant" and any(
-                figure in observed and figure not in user_text for figure in _FIGURE.findall(content)):
-            turns.append(index)
-    return turns
+    return [index for index, message, user_text, observed in _assistant_turns(row)
+            if any(figure in observed and figure not in user_text
+                   for figure in _FIGURE.findall(str(message.get("content") or "")))]
 
 
-def _prefix_examples(rows: list[dict[str, Any]], turns_of: Any) -> list[dict[str, Any]]:
+def _prefix_examples(rows: list[dict[str, Any]],
+                     turns_of: Callable[[dict[str, Any]], list[int]]) -> list[dict[str, Any]]:
     examples: list[dict[str, Any]] = []
     for row in rows:
         for index in turns_of(row):
