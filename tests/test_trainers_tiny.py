@@ -283,3 +283,39 @@ def test_training_progress_shows_the_loss_in_the_bar_instead_of_printing_a_dict_
     assert [s for s, _ in result.loss_history] == [1, 2]
     assert "{'loss'" not in text and "'grad_norm'" not in text
     assert "2/2" in text and "loss=" in text
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_the_cpu_assistant_token_loss_equals_trls_loss_and_gradients_on_one_batch(
+        tiny_dir: Path, tokenizer: Any, tmp_path: Path, lora: bool) -> None:
+    import torch
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM
+    from trl import SFTConfig, SFTTrainer
+
+    from trainers.local_torch import _assistant_token_loss, rows_to_dataset
+
+    rows = [lookup_row(2000 + 37 * i) for i in range(5)]
+    rows[1]["messages"][1]["content"] = "Hello there, could you please tell me the status of order 2037 today?"
+
+    def loss_and_gradients(trainer_class: type) -> tuple[float, dict[str, Any]]:
+        model = AutoModelForCausalLM.from_pretrained(tiny_dir, use_safetensors=True, dtype=torch.float32)
+        args = SFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=len(rows), assistant_only_loss=True,
+                         use_cpu=True, report_to="none", max_length=1024, activation_checkpointing=False, seed=0)
+        peft_config = LoraConfig(r=4, target_modules="all-linear", task_type="CAUSAL_LM") if lora else None
+        trainer = trainer_class(model=model, args=args, train_dataset=rows_to_dataset(rows),
+                                processing_class=tokenizer, peft_config=peft_config)
+        batch = next(iter(trainer.get_train_dataloader()))
+        assert (batch["attention_mask"] == 0).any(), "the batch should hold padding"
+        trainer.model.train()
+        loss = trainer.compute_loss(trainer.model, batch)
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+        return float(loss.detach()), grads
+
+    trl_loss, trl_grads = loss_and_gradients(SFTTrainer)
+    our_loss, our_grads = loss_and_gradients(_assistant_token_loss(SFTTrainer))
+    assert trl_grads and sorted(our_grads) == sorted(trl_grads)
+    assert our_loss == pytest.approx(trl_loss, rel=1e-5)
+    for name, grad in trl_grads.items():
+        assert torch.allclose(our_grads[name], grad, rtol=1e-4, atol=1e-6), name
