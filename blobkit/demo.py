@@ -26,7 +26,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("out/demo"))
     parser.add_argument("--world", type=Path, default=ROOT / "examples" / "retail_desk" / "world.json")
     parser.add_argument("--epochs", default="3")
-    parser.add_argument("--grounding-repeats", default="2")
+    parser.add_argument("--grounding-repeats", default="3")
+    parser.add_argument("--answer-quote-repeats", default="2")
     args = parser.parse_args()
     started = time.monotonic()
     record = json.loads(_run("build", "--world", str(args.world), "--out", str(args.out / "kit"), "--train-cases",
@@ -34,8 +35,9 @@ def main() -> None:
     kit = record["kit"]["path"]
     _run("tiny-model", "--kit", kit, "--out", str(args.out / "tiny"))
     report = json.loads(_run("train", "--world", kit, "--base", str(args.out / "tiny"), "--method", "sft",
-                             "--target", "local-torch", "--full", "--lr", "3e-3", "--batch-size", "8",
+                             "--target", "local-torch", "--full", "--lr", "2e-3", "--batch-size", "4",
                              "--epochs", args.epochs, "--grounding-repeats", args.grounding_repeats,
+                             "--answer-quote-repeats", args.answer_quote_repeats,
                              "--max-length", "2048", "--max-turns", "5",
                              "--max-new-tokens", "64", "--out", str(args.out / "run"), "--json"))
     replay = json.loads(_run("replay", "--model", str(args.out / "run" / "export"), "--kit", kit, "--json"))
