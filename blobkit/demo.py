@@ -13,11 +13,30 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _run(*args: str) -> str:
+def _run(*args: str, offline: bool) -> str:
     print("+ blobkit " + " ".join(args), file=sys.stderr, flush=True)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"} if offline else dict(os.environ)
     result = subprocess.run([sys.executable, "-m", "blobkit.cli", *args], check=True, text=True,
-                            stdout=subprocess.PIPE, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+                            stdout=subprocess.PIPE, env=env)
     return result.stdout
+
+
+def training_flags(base: str | None, epochs: str | None, grounding_repeats: str,
+                   answer_quote_repeats: str) -> list[str]:
+    """The ``blobkit train`` settings of the demo: the tiny model from scratch, or LoRA on a given base.
+
+    The tiny model (no ``base``) trains all weights at a high learning rate with the grounding and
+    answer-quote repeats it needs to learn copying (README, Training targets). A pretrained base
+    (a catalog id such as ``Qwen/Qwen2.5-0.5B-Instruct``, or a local model directory) trains a LoRA
+    adapter at TrainConfig's learning rate for one epoch on the rows as they are, with room for its
+    longer chat template.
+    """
+    if base is None:
+        return ["--full", "--lr", "2e-3", "--batch-size", "4", "--epochs", epochs or "3",
+                "--grounding-repeats", grounding_repeats, "--answer-quote-repeats", answer_quote_repeats,
+                "--max-length", "2048", "--max-turns", "5", "--max-new-tokens", "64"]
+    return ["--epochs", epochs or "1", "--batch-size", "8", "--max-length", "4096", "--max-turns", "5",
+            "--max-new-tokens", "128"]
 
 
 def main() -> None:
@@ -25,22 +44,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("out/demo"))
     parser.add_argument("--world", type=Path, default=ROOT / "examples" / "retail_desk" / "world.json")
-    parser.add_argument("--epochs", default="3")
+    parser.add_argument("--base", default=None,
+                        help="train a LoRA adapter on this base (a catalog id such as Qwen/Qwen2.5-0.5B-Instruct, "
+                             "which needs the hub and is meant for a GPU, or a local model directory) instead of "
+                             "building the tiny model")
+    parser.add_argument("--epochs", default=None, help="SFT epochs (default 3 for the tiny model, 1 for --base)")
     parser.add_argument("--grounding-repeats", default="3")
     parser.add_argument("--answer-quote-repeats", default="2")
     args = parser.parse_args()
+    offline = args.base is None
     started = time.monotonic()
     record = json.loads(_run("build", "--world", str(args.world), "--out", str(args.out / "kit"), "--train-cases",
-                             "400", "--eval-cases", "4", "--json"))
+                             "400", "--eval-cases", "4", "--json", offline=offline))
     kit = record["kit"]["path"]
-    _run("tiny-model", "--kit", kit, "--out", str(args.out / "tiny"))
-    report = json.loads(_run("train", "--world", kit, "--base", str(args.out / "tiny"), "--method", "sft",
-                             "--target", "local-torch", "--full", "--lr", "2e-3", "--batch-size", "4",
-                             "--epochs", args.epochs, "--grounding-repeats", args.grounding_repeats,
-                             "--answer-quote-repeats", args.answer_quote_repeats,
-                             "--max-length", "2048", "--max-turns", "5",
-                             "--max-new-tokens", "64", "--out", str(args.out / "run"), "--json"))
-    replay = json.loads(_run("replay", "--model", str(args.out / "run" / "export"), "--kit", kit, "--json"))
+    base = args.base
+    if base is None:
+        base = str(args.out / "tiny")
+        _run("tiny-model", "--kit", kit, "--out", base, offline=offline)
+    flags = training_flags(args.base, args.epochs, args.grounding_repeats, args.answer_quote_repeats)
+    report = json.loads(_run("train", "--world", kit, "--base", base, "--method", "sft", "--target", "local-torch",
+                             *flags, "--out", str(args.out / "run"), "--json", offline=offline))
+    replay = json.loads(_run("replay", "--model", str(args.out / "run" / "export"), "--kit", kit, "--json",
+                             offline=offline))
     minutes = (time.monotonic() - started) / 60
     print(f"\n{'model':<8}{'held-out pass rate':>20}{'cases':>8}")
     for name in ("base", "sft"):

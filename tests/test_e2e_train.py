@@ -55,3 +55,23 @@ def test_sft_beats_the_base_on_held_out_cases_then_grpo_updates_and_the_export_r
     assert replay["verdict"]["outcome"] in {"pass", "fail"} and replay["model_kind"] == "full"
     held_out = Path(kit, "eval_cases.jsonl").read_text(encoding="utf-8").splitlines()
     assert replay["case_id"] in {json.loads(line)["case_id"] for line in held_out}
+
+
+@pytest.mark.slow
+def test_the_demo_with_a_given_base_trains_a_lora_adapter_on_it_instead_of_the_tiny_model(tmp_path: Path) -> None:
+    record = blobkit("build", "--world", str(ROOT / "examples" / "retail_desk" / "world.json"), "--out",
+                     str(tmp_path / "kit"), "--train-cases", "40", "--eval-cases", "2")
+    base = tmp_path / "pretrained"
+    subprocess.run([sys.executable, "-m", "blobkit.cli", "tiny-model", "--kit", record["kit"]["path"], "--out",
+                    str(base)], check=True, cwd=ROOT, capture_output=True)
+    out = tmp_path / "demo"
+    done = subprocess.run([sys.executable, "-m", "blobkit.demo", "--base", str(base), "--epochs", "0.02", "--out",
+                           str(out)], text=True, capture_output=True, cwd=ROOT, timeout=1200,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not (out / "tiny").exists()
+    plan = json.loads((out / "run" / "plan.json").read_text(encoding="utf-8"))
+    assert plan["config"]["base"] == str(base) and plan["config"]["full"] is False
+    assert plan["config"]["grounding_repeats"] == 0 and plan["config"]["answer_quote_repeats"] == 0
+    assert (out / "run" / "export" / "adapter_model.safetensors").is_file()
+    assert "held-out pass rate" in done.stdout and "in a fresh process:" in done.stdout
