@@ -112,8 +112,7 @@ def train(kit: Path = typer.Option(..., "--world", "--kit", help="Kit directory 
                          learning_rate=learning_rate, batch_size=batch_size, max_length=max_length, packing=packing,
                          group_by_length=group_by_length, warmup_ratio=warmup_ratio,
                          grounding_repeats=grounding_repeats, answer_quote_repeats=answer_quote_repeats,
-                         eval_limit=eval_limit, max_turns=max_turns,
-                         max_new_tokens=max_new_tokens,
+                         eval_limit=eval_limit, max_turns=max_turns, max_new_tokens=max_new_tokens,
                          init_adapter=init_adapter, group_size=group_size, temperature=temperature,
                          max_model_calls=max_model_calls, max_minutes=max_minutes, confirm_spend=confirm_spend,
                          max_hours=max_hours, gpu_type=gpu_type, gpu_count=gpu_count)

@@ -21,22 +21,27 @@ def _run(*args: str, offline: bool) -> str:
     return result.stdout
 
 
-def training_flags(base: str | None, epochs: str | None, grounding_repeats: str,
-                   answer_quote_repeats: str) -> list[str]:
+def training_flags(base: str | None, epochs: str | None, grounding_repeats: str | None,
+                   answer_quote_repeats: str | None) -> list[str]:
     """The ``blobkit train`` settings of the demo: the tiny model from scratch, or LoRA on a given base.
 
     The tiny model (no ``base``) trains all weights at a high learning rate with the grounding and
-    answer-quote repeats it needs to learn copying (README, Training targets). A pretrained base
-    (a catalog id such as ``Qwen/Qwen2.5-0.5B-Instruct``, or a local model directory) trains a LoRA
-    adapter at TrainConfig's learning rate for one epoch on the rows as they are, with room for its
-    longer chat template.
+    answer-quote repeats it needs to learn copying (3 and 2 unless given; README, Training targets).
+    A pretrained base (a catalog id such as ``Qwen/Qwen2.5-0.5B-Instruct``, or a local model
+    directory) trains a LoRA adapter at TrainConfig's learning rate for one epoch, on the rows as
+    they are unless repeats are given, with room for its longer chat template.
     """
     if base is None:
-        return ["--full", "--lr", "2e-3", "--batch-size", "4", "--epochs", epochs or "3",
-                "--grounding-repeats", grounding_repeats, "--answer-quote-repeats", answer_quote_repeats,
-                "--max-length", "2048", "--max-turns", "5", "--max-new-tokens", "64"]
-    return ["--epochs", epochs or "1", "--batch-size", "8", "--max-length", "4096", "--max-turns", "5",
-            "--max-new-tokens", "128"]
+        flags = ["--full", "--lr", "2e-3", "--batch-size", "4", "--epochs", epochs or "3",
+                 "--max-length", "2048", "--max-new-tokens", "64"]
+        grounding_repeats, answer_quote_repeats = grounding_repeats or "3", answer_quote_repeats or "2"
+    else:
+        flags = ["--epochs", epochs or "1", "--batch-size", "8", "--max-length", "4096", "--max-new-tokens", "128"]
+    if grounding_repeats is not None:
+        flags += ["--grounding-repeats", grounding_repeats]
+    if answer_quote_repeats is not None:
+        flags += ["--answer-quote-repeats", answer_quote_repeats]
+    return [*flags, "--max-turns", "5"]
 
 
 def main() -> None:
@@ -49,8 +54,10 @@ def main() -> None:
                              "which needs the hub and is meant for a GPU, or a local model directory) instead of "
                              "building the tiny model")
     parser.add_argument("--epochs", default=None, help="SFT epochs (default 3 for the tiny model, 1 for --base)")
-    parser.add_argument("--grounding-repeats", default="3")
-    parser.add_argument("--answer-quote-repeats", default="2")
+    parser.add_argument("--grounding-repeats", default=None, help="SFT grounding repeats (default 3 for the tiny "
+                                                                  "model, none for --base)")
+    parser.add_argument("--answer-quote-repeats", default=None, help="SFT answer-quote repeats (default 2 for the "
+                                                                     "tiny model, none for --base)")
     args = parser.parse_args()
     offline = args.base is None
     started = time.monotonic()

@@ -103,3 +103,18 @@ def test_a_tampered_export_is_refused(tmp_path: Path) -> None:
     (export / "pytorch_model.bin").write_bytes(b"pickle")
     with pytest.raises(ChecksumError):
         verify_export(export)
+
+
+def test_the_demo_passes_repeats_given_with_a_base_on_and_defaults_them_only_for_the_tiny_model() -> None:
+    from blobkit.demo import training_flags
+
+    def flag(flags: list[str], name: str) -> str | None:
+        return flags[flags.index(name) + 1] if name in flags else None
+
+    tiny = training_flags(None, None, None, None)
+    assert "--full" in tiny and flag(tiny, "--grounding-repeats") == "3" and flag(tiny, "--answer-quote-repeats") == "2"
+    base = training_flags("Qwen/Qwen2.5-0.5B-Instruct", None, None, None)
+    assert "--full" not in base and "--grounding-repeats" not in base and "--answer-quote-repeats" not in base
+    given = training_flags("Qwen/Qwen2.5-0.5B-Instruct", "2", "1", "0")
+    assert flag(given, "--epochs") == "2" and flag(given, "--grounding-repeats") == "1"
+    assert flag(given, "--answer-quote-repeats") == "0"
