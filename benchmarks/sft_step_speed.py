@@ -41,7 +41,7 @@ def _trainer(trainer_class: type, model_dir: Path, rows: list[dict[str, Any]], s
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig
 
-    from trainers.local_torch import rows_to_dataset
+    from trainers.sft_torch import rows_to_dataset
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, use_safetensors=True, dtype=torch.float32)
     args = SFTConfig(output_dir=scratch, per_device_train_batch_size=batch, assistant_only_loss=True, use_cpu=True,
@@ -59,7 +59,7 @@ def main() -> None:
     import torch
     from trl import SFTTrainer
 
-    from trainers.local_torch import _assistant_token_loss
+    from trainers.sft_torch import _assistant_token_loss
 
     if args.threads:
         torch.set_num_threads(args.threads)

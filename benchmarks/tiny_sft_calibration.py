@@ -31,8 +31,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from blobkit.canonical import canonical_json  # noqa: E402
-from trainers.chat import assistant_message, parse_assistant_output  # noqa: E402
+from trainers.chat_format import assistant_message, parse_assistant_output  # noqa: E402
+from world_format.canonical import canonical_json  # noqa: E402
 
 SYSTEM = "You are the support agent of Northwind. Use the tools; answer briefly."
 STATUSES = ("pending", "shipped", "delivered", "cancelled", "returned")
@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from trainers.local_torch import count_row_tokens, train_sft
+    from trainers.sft_torch import count_row_tokens, train_sft
     from trainers.tiny_model import build_tiny_model, row_texts
 
     if a.threads:

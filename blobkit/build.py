@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from blobkit import __version__
-from blobkit.canonical import atomic_write_bytes, canonical_bytes, content_id, jsonl_bytes, replace_dir, staging_dir
 from blobkit.errors import KitError
+from world_format.archive import write_tar_zst
+from world_format.canonical import canonical_bytes, content_id, jsonl_bytes
+from world_format.chain import final_answer, observation_hash, run_chain
+from world_format.conversation import Conversation, prompt_messages
+from world_format.kit import KIT_FILE, KIT_FORMAT
 from world_format.loader import LoadedWorld, load_world
+from world_format.manifest import FileTable, write_manifested_dir
 from world_format.models import Task
 from world_format.pack import package_files
 from world_format.runtime import WorldRuntime
@@ -19,27 +25,31 @@ from world_format.state import quote_identifier
 from world_format.validate import validate_world
 from world_format.vcode import evaluate
 
-from .archive import write_tar_zst
 from .cases import Case, leakage_report, side_of
-from .chain import final_answer, observation_hash, observation_text, run_chain
 from .family_cases import FamilyReport, family_instances
 from .gate import gate_task
-from .kitfiles import KIT_FILE, KIT_FORMAT, file_table
 from .mint import Instance, Minter, TaskSpec, select_specs
 
 Progress = Callable[[str, int, int], None]
 
 
-@dataclass(frozen=True)
-class BuildConfig:
-    """Everything that decides a kit's content (recorded in kit.json)."""
+class BuildConfig(BaseModel):
+    """Everything that decides a kit's content (recorded in kit.json as ``build_config``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     seed: int = 42
-    max_tasks: int = 12
-    train_cases_per_task: int = 48
-    eval_cases_per_task: int = 6
-    eval_percent: int = 20
-    scan_limit: int = 4000
+    """Seed for minting, wording and the split."""
+    max_tasks: int = Field(12, ge=1, le=12)
+    """Most tasks in the kit (authored tasks first, then minted ones)."""
+    train_cases_per_task: int = Field(48, ge=1)
+    """Training cases per task."""
+    eval_cases_per_task: int = Field(6, ge=1)
+    """Held-out cases per task."""
+    eval_percent: int = Field(20, ge=0, le=100)
+    """Share of anchor rows (percent) assigned to the held-out side."""
+    scan_limit: int = Field(4000, ge=1)
+    """Most anchor rows (or family rows) looked at per task."""
 
 
 @dataclass
@@ -201,13 +211,11 @@ def replay_row(runtime: WorldRuntime, task: Task, ids: tuple[str, str], system: 
         verdict = evaluate(task.vcode, episode, answer, task.answer)
     if not result.clean or not verdict.passed:
         return None
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system},
-                                      {"role": "user", "content": task.instruction}]
+    conversation = Conversation.opening(system, task.instruction)
     for event in result.events:
-        call = {"type": "function", "function": {"name": event.tool, "arguments": event.arguments}}
-        messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
-        messages.append({"role": "tool", "name": event.tool, "content": observation_text(event.observation)})
-    messages.append({"role": "assistant", "content": answer})
+        [ident] = conversation.tool_calls([(event.tool, event.arguments)])
+        conversation.observation(ident, event.tool, event.observation)
+    conversation.answer(answer)
     metadata = {
         "task_id": ids[0], "case_id": ids[1], "template": task.template,
         "sft_source": "reference_chain_replay", "final_answer_source": answer_source,
@@ -215,7 +223,7 @@ def replay_row(runtime: WorldRuntime, task: Task, ids: tuple[str, str], system: 
         "observation_hashes": [observation_hash(event.observation) for event in result.events],
         "verdict": verdict.outcome,
     }
-    return {"messages": messages, "tools": tools, "metadata": metadata}
+    return {"messages": conversation.messages, "tools": tools, "metadata": metadata}
 
 
 def case_record(case: Case, system: str | None = None, tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -227,8 +235,7 @@ def case_record(case: Case, system: str | None = None, tools: list[dict[str, Any
         "task": task.model_dump(mode="json", by_alias=True),
     }
     if system is not None:
-        record["prompt"] = {"messages": [{"role": "system", "content": system},
-                                         {"role": "user", "content": task.instruction}], "tools": tools}
+        record["prompt"] = {"messages": prompt_messages(system, task.instruction), "tools": tools}
     return record
 
 
@@ -345,21 +352,19 @@ def _kit_files(loaded: LoadedWorld, done: _Executed) -> dict[str, bytes]:
     return files
 
 
-def _kit_meta(loaded: LoadedWorld, config: BuildConfig, done: _Executed, record: dict[str, Any],
-              files: dict[str, bytes]) -> dict[str, Any]:
-    """kit.json: format, world identity, config, record, split, leakage and the file table."""
+def _kit_meta(loaded: LoadedWorld, config: BuildConfig, done: _Executed, record: dict[str, Any]) -> dict[str, Any]:
+    """kit.json less its file table: format, world identity, config, record, split and leakage."""
     world = loaded.world
     return {
         "format": KIT_FORMAT, "format_version": 1, "builder_version": __version__,
         "world": {"id": world.identity.id, "name": world.identity.name, "sha256": loaded.sha256,
                   "seed_state_hash": loaded.seed_state_hash},
-        "build_config": asdict(config), "record": record,
+        "build_config": config.model_dump(mode="json"), "record": record,
         "templates": sorted({e.template for e in done.admitted}),
         "split": {"method": "seeded hash of the anchor row, decided before cases are expanded",
                   "eval_percent": config.eval_percent, "train_cases": len(done.train),
                   "eval_cases": len(done.held_out)},
         "leakage": leakage_report(done.train, done.held_out),
-        "files": file_table(files),
     }
 
 
@@ -379,26 +384,25 @@ def build_kit(world_path: Path, out_dir: Path, config: BuildConfig = BuildConfig
     progress("write", 0, 1)
     record = _record(done)
     files = _kit_files(loaded, done)
-    kit = _kit_meta(loaded, config, done, record, files)
+    kit = _kit_meta(loaded, config, done, record)
     return _write(out_dir, loaded.world.identity.id, files, kit, record, progress)
 
 
 def _write(out_dir: Path, world_id: str, files: dict[str, bytes], kit: dict[str, Any],
            record: dict[str, Any], progress: Progress = _noop) -> dict[str, Any]:
+    """Write the kit folder (kit.json last) and its archive, made from the finished folder, atomically."""
     name = f"{world_id}-train-kit"
     final, archive = Path(out_dir) / name, Path(out_dir) / f"{name}.tar.zst"
-    staging = staging_dir(final)
-    steps = len(files) + 2
-    try:
-        for index, (relative, data) in enumerate(sorted(files.items())):
-            progress("write", index, steps)
-            atomic_write_bytes(staging / relative, data)
-        atomic_write_bytes(staging / KIT_FILE, canonical_bytes(kit) + b"\n")
-        progress("write", steps - 1, steps)
-        sha256, size = write_tar_zst(staging, archive, name)
-        progress("write", steps, steps)
-        replace_dir(staging, final)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
-    return {**record, "kit": {"path": str(final), "archive": str(archive), "sha256": sha256, "bytes": size}}
+    written: dict[str, Any] = {}
+
+    def render(table: FileTable) -> bytes:
+        return canonical_bytes({**kit, "files": table}) + b"\n"
+
+    def archive_it(staging: Path) -> None:
+        progress("write", 1, 2)
+        written["sha256"], written["bytes"] = write_tar_zst(staging, archive, name)
+
+    progress("write", 0, 2)
+    write_manifested_dir(final, files, KIT_FILE, render, before_publish=archive_it)
+    progress("write", 2, 2)
+    return {**record, "kit": {"path": str(final), "archive": str(archive), **written}}

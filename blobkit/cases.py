@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from blobkit.canonical import canonical_json, content_id
+from world_format.canonical import canonical_json, content_id
 
 from .mint import Instance
 

@@ -49,10 +49,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from blobkit.build import BuildConfig, build_kit
-from blobkit.canonical import canonical_json, file_sha256, fsync_dir, replace_dir, sha256_hex, staging_dir
 from blobkit.errors import BlobkitError, KitError, NotTrainableError, SourceError
 from blobkit.jobs import JobError, JobStore, worker_id
-from blobkit.kitfiles import Kit, open_kit
+from world_format.canonical import canonical_json, file_sha256, fsync_dir, replace_dir, sha256_hex, staging_dir
+from world_format.kit import Kit, open_kit
 
 TINY = "tiny"
 STAGES = ("qualify", "kit", "sft", "rl", "evaluate", "export", "replay")
@@ -581,7 +581,8 @@ class _Runner:
 
     def _train(self, stage: str, config: Any) -> dict[str, Any]:
         """Plan then run one training method on the kit (the trainers write their own artifacts)."""
-        from trainers.pipeline import plan, run_training
+        from trainers.plan import plan
+        from trainers.run import run_training
 
         with open_kit(self.kit_dir) as kit:
             rows = kit.jsonl("sft.jsonl")
@@ -595,12 +596,11 @@ class _Runner:
         base = self.identity["base_model"]
         if base["id"] != TINY:
             return {"source": base["source"], "name_or_path": base["name_or_path"], "revision": base["revision"]}
-        from trainers.tiny_model import build_tiny_model, row_texts
+        from trainers.tiny_model import TinyModelConfig, build_tiny_model, row_texts
 
         c = self.config
-        out = build_tiny_model(row_texts(kit.jsonl("sft.jsonl")), self.dir / "base", seed=c.seed,
-                               hidden_size=c.tiny_hidden_size, num_layers=c.tiny_layers,
-                               vocab_size=c.tiny_vocab_size)
+        out = build_tiny_model(row_texts(kit.rows()), self.dir / "base", TinyModelConfig(
+            seed=c.seed, hidden_size=c.tiny_hidden_size, num_layers=c.tiny_layers, vocab_size=c.tiny_vocab_size))
         weights = file_sha256(out / "model.safetensors")
         return {"source": TINY, "name_or_path": str(out), "revision": f"tiny-sha256:{weights}"}
 
@@ -772,7 +772,7 @@ class _Runner:
                 "claims": "one held-out workflow replayed by the exported model reloaded in a fresh process; "
                           "it says nothing beyond this case"}
         try:
-            result = json.loads(stdout) if process.returncode == 0 else None
+            result = json.loads(stdout) if process.returncode in (0, 1) else None
         except ValueError:
             result = None
         if not isinstance(result, dict):

@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from world_format.family import fill, iter_family_rows
+from world_format.kit import KIT_FILE, Kit, open_kit
 from world_format.loader import LoadedWorld, load_world
-
-from .kitfiles import KIT_FILE, Kit, open_kit
 
 
 def _is_kit(path: Path) -> bool:

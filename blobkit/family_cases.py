@@ -14,15 +14,15 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from blobkit.canonical import canonical_json
 from blobkit.errors import WorldFormatError
+from world_format.canonical import canonical_json
+from world_format.chain import final_answer, run_chain
 from world_format.family import fill, iter_family_rows
 from world_format.models import Task
 from world_format.runtime import WorldRuntime
 from world_format.vcode import evaluate
 
 from .cases import side_of
-from .chain import final_answer, run_chain
 from .mint import Instance
 
 

@@ -14,11 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from world_format.chain import observation_hash, run_chain
 from world_format.models import ArgRef, Step, Task, Tool, World
 from world_format.runtime import WorldRuntime
 from world_format.vcode import Verdict, evaluate
-
-from .chain import observation_hash, run_chain
 
 Call = tuple[str, dict[str, Any]]
 NEGATIVE_PROBES = ("null", "shortcut", "wrong_row", "wrong_value")

@@ -30,8 +30,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from blobkit.canonical import atomic_write_json, canonical_json, file_sha256
 from blobkit.errors import JobError, JobNotFoundError
+from world_format.canonical import atomic_write_json, canonical_json, file_sha256
 
 SCHEMA_VERSION = 1
 DB_FILE = "jobs.sqlite"

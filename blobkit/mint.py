@@ -13,12 +13,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from blobkit.canonical import content_id
+from world_format.canonical import content_id
+from world_format.chain import run_chain
 from world_format.models import Anchor, ArgRef, Step, Task, Tool, VCode, World
 from world_format.runtime import RowChange, WorldRuntime
 from world_format.state import quote_identifier
-
-from .chain import run_chain
 
 TEMPLATES = ("lookup_field", "find_then_read", "write_ok", "write_refused", "aggregate_count", "aggregate_total")
 

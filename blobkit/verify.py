@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from blobkit.canonical import canonical_json
+from world_format.canonical import canonical_json
+from world_format.chain import run_chain
+from world_format.kit import Kit
 from world_format.models import Task
 from world_format.vcode import evaluate
 
 from .build import replay_row
-from .chain import run_chain
 from .gate import gate_task
-from .kitfiles import Kit
 
 
 def _task(record: dict[str, Any] | None) -> Task | None:

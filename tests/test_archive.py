@@ -1,4 +1,4 @@
-"""Tests for blobkit.archive: reproducible .tar.zst writing and hardened extraction."""
+"""Tests for world_format.archive: reproducible .tar.zst writing and hardened extraction."""
 
 from __future__ import annotations
 
@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from blobkit.archive import (
+from blobkit.errors import ArchiveError, KitError
+from world_format.archive import (
     ArchiveBudget,
     extract_tar_zst,
     extracted_root_cleanup,
     open_archive,
     write_tar_zst,
 )
-from blobkit.canonical import file_sha256
-from blobkit.errors import ArchiveError, KitError
+from world_format.canonical import file_sha256
 
 MiB = 1 << 20
 

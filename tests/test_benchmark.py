@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT
 
 from blobkit.build import BuildConfig, build_kit
-from blobkit.kitfiles import open_kit
+from world_format.kit import open_kit
 from world_format.loader import load_world
 
 SIZE = 500

@@ -18,8 +18,8 @@ from conftest import EXAMPLES
 from blobkit.build import BuildConfig, build_kit
 from blobkit.describe import describe
 from blobkit.errors import ArchiveError, BlobkitError, ChecksumError, KitError
-from blobkit.kitfiles import open_kit
 from blobkit.verify import verify_kit
+from world_format.kit import open_kit
 from world_format.loader import load_world
 from world_format.models import Task
 from world_format.vcode import evaluate
@@ -162,7 +162,7 @@ def test_hostile_archives_are_refused_and_leave_nothing(tmp_path: Path, members:
 
 
 def test_a_zstd_bomb_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from blobkit import archive as archive_module
+    from world_format import archive as archive_module
 
     scratch = tmp_path / "scratch"
     scratch.mkdir()

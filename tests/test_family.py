@@ -13,9 +13,9 @@ from worlds import small_world
 from blobkit.build import BuildConfig, build_kit
 from blobkit.errors import WorldFormatError
 from blobkit.family_cases import seeded_order
-from blobkit.kitfiles import open_kit
 from blobkit.verify import verify_kit
 from world_format.family import fill
+from world_format.kit import open_kit
 from world_format.loader import load_world
 from world_format.models import Task
 

@@ -10,7 +10,6 @@ import pytest
 
 from blobkit.build import BuildConfig, build_kit
 from blobkit.errors import ConfigError
-from blobkit.kitfiles import open_kit
 from trainers.config import TrainConfig
 from trainers.grounding import (
     answer_quote_examples,
@@ -19,7 +18,8 @@ from trainers.grounding import (
     grounding_turns,
     with_grounding_repeats,
 )
-from trainers.pipeline import plan, validate_rows
+from trainers.plan import plan, validate_rows
+from world_format.kit import open_kit
 
 
 def _call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:

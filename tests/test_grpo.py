@@ -20,22 +20,22 @@ pytest.importorskip("peft")
 from conftest import ROOT  # noqa: E402
 
 from blobkit.build import BuildConfig, build_kit  # noqa: E402
-from blobkit.canonical import canonical_json  # noqa: E402
 from blobkit.errors import TrainerError  # noqa: E402
-from blobkit.kitfiles import Kit, open_kit  # noqa: E402
+from trainers.budget import Budget  # noqa: E402
 from trainers.config import TrainConfig  # noqa: E402
 from trainers.generation import Decoded  # noqa: E402
 from trainers.grpo import (  # noqa: E402
-    Budget,
     Sampler,
     advantages,
     assert_same_tools,
     policy_loss,
     rl_cases,
     rollout,
-    train_grpo,
 )
-from trainers.tiny_model import build_tiny_model, row_texts  # noqa: E402
+from trainers.run import run_training  # noqa: E402
+from trainers.tiny_model import TinyModelConfig, build_tiny_model, row_texts  # noqa: E402
+from world_format.canonical import canonical_json  # noqa: E402
+from world_format.kit import Kit, KitCase, open_kit  # noqa: E402
 from world_format.runtime import full_state_hash  # noqa: E402
 
 
@@ -51,8 +51,8 @@ def retail_kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kit]:
 @pytest.fixture(scope="module")
 def tiny(retail_kit: Kit, tmp_path_factory: pytest.TempPathFactory) -> Path:
     rows = retail_kit.jsonl("sft.jsonl")
-    return build_tiny_model(row_texts(rows), tmp_path_factory.mktemp("tiny"), seed=3, hidden_size=32,
-                            num_layers=2, num_heads=2, vocab_size=700)
+    return build_tiny_model(row_texts(rows), tmp_path_factory.mktemp("tiny"), TinyModelConfig(
+        seed=3, hidden_size=32, num_layers=2, num_heads=2, vocab_size=700))
 
 
 class Scripted:
@@ -81,10 +81,10 @@ def _assistant_texts(row: dict[str, Any]) -> list[str]:
     return out
 
 
-def _write_row(kit: Kit) -> tuple[dict[str, Any], dict[str, Any]]:
+def _write_row(kit: Kit) -> tuple[dict[str, Any], KitCase]:
     """An SFT row whose chain cancels an order, and its RL case."""
     rows = kit.jsonl("sft.jsonl")
-    cases = {c["case_id"]: c for c in rl_cases(kit, rows)}
+    cases = {c.case_id: c for c in rl_cases(kit, rows)}
     for row in rows:
         names = [c["function"]["name"] for m in row["messages"] for c in m.get("tool_calls") or []]
         if "cancel_order" in names:
@@ -102,10 +102,10 @@ def test_a_rollout_executes_real_writes_on_an_isolated_copy_of_the_seed(retail_k
         second = rollout(Scripted(_assistant_texts(row)), runtime, case, max_turns=6)
     finally:
         runtime.close()
-    assert [e["tool"] for e in first.episode["trace"]][-1] == "cancel_order"
-    assert first.episode["trace"][-1]["observation"]["status"] == "cancelled"
+    assert [e.tool for e in first.episode.trace][-1] == "cancel_order"
+    assert first.episode.trace[-1].observation["status"] == "cancelled"
     # the second attempt cancels the same order again: it would be refused had the first write leaked
-    assert second.episode["trace"][-1]["error"] is False and second.reward == 1.0
+    assert second.episode.trace[-1].error is False and second.reward == 1.0
 
 
 def test_reward_is_the_vcode_verdict(retail_kit: Kit) -> None:
@@ -118,8 +118,8 @@ def test_reward_is_the_vcode_verdict(retail_kit: Kit) -> None:
     finally:
         runtime.close()
     for item in (full, without_write, silent):
-        assert item.reward == (1.0 if item.episode["verdict"]["outcome"] == "pass" else 0.0)
-        assert item.verifier_error is (item.episode["verdict"]["outcome"] == "error")
+        assert item.reward == (1.0 if item.episode.verdict.outcome == "pass" else 0.0)
+        assert item.verifier_error is (item.episode.verdict.outcome == "error")
     assert (full.reward, without_write.reward, silent.reward) == (1.0, 0.0, 0.0)
 
 
@@ -132,19 +132,19 @@ def test_a_malformed_tool_call_becomes_an_error_observation(retail_kit: Kit) -> 
                                    "\n</tool_call>", "Sorry."]), runtime, case, max_turns=4)
     finally:
         runtime.close()
-    assert broken.episode["parse_failures"] == 1 and broken.reward == 0.0
-    bad_arguments = broken.episode["trace"][0]
-    assert bad_arguments["error"] is True and "error" in bad_arguments["observation"]
+    assert broken.episode.parse_failures == 1 and broken.reward == 0.0
+    bad_arguments = broken.episode.trace[0]
+    assert bad_arguments.error is True and "error" in bad_arguments.observation
 
 
 def test_rl_prompts_use_the_sft_rows_tool_schemas_byte_for_byte(retail_kit: Kit) -> None:
     rows = retail_kit.jsonl("sft.jsonl")
-    cases = rl_cases(retail_kit, rows) + retail_kit.jsonl("eval_cases.jsonl")
+    cases = rl_cases(retail_kit, rows) + retail_kit.cases("eval")
     assert_same_tools(rows, cases)
-    altered = json.loads(canonical_json(cases[0]))
+    altered = json.loads(canonical_json(cases[0].model_dump(mode="json", by_alias=True)))
     altered["prompt"]["tools"][0]["function"]["description"] += " "
     with pytest.raises(TrainerError, match="differ"):
-        assert_same_tools(rows, [altered])
+        assert_same_tools(rows, [KitCase.model_validate(altered)])
 
 
 def test_advantages_are_centred_within_each_group() -> None:
@@ -202,7 +202,7 @@ def test_a_model_call_budget_stops_grpo_cleanly_and_keeps_its_evidence(retail_ki
                          steps=5, batch_size=2, group_size=2, max_turns=2, max_new_tokens=8, eval_limit=2,
                          max_model_calls=6, learning_rate=1e-3)
     plan_record = {"base": {"source": "local", "name_or_path": str(tiny), "revision": None}}
-    report = train_grpo(config, retail_kit, retail_kit.jsonl("sft.jsonl"), plan_record, lambda line: None)
+    report = run_training(config, retail_kit, retail_kit.jsonl("sft.jsonl"), plan_record, lambda line: None)
     # a step may make up to 1 prompt x 2 attempts x 2 turns = 4 calls: it only starts if that fits in 6
     assert report["stopped_by"] == "max_model_calls" and 1 <= report["steps_completed"] < 5
     assert report["model_calls"] <= 6 < report["model_calls"] + 4

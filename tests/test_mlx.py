@@ -15,10 +15,10 @@ pytest.importorskip("peft")
 
 from blobkit.build import BuildConfig, build_kit  # noqa: E402
 from blobkit.errors import ConfigError, TargetUnavailableError  # noqa: E402
-from blobkit.kitfiles import open_kit  # noqa: E402
 from trainers.config import TrainConfig  # noqa: E402
 from trainers.mlx_adapter import mlx_to_peft, peft_to_mlx  # noqa: E402
-from trainers.pipeline import run_training  # noqa: E402
+from trainers.run import run_training  # noqa: E402
+from world_format.kit import open_kit  # noqa: E402
 
 needs_mlx = pytest.mark.skipif(importlib.util.find_spec("mlx_lm") is None, reason="mlx / mlx-lm not installed")
 TOLERANCE = 1e-4
@@ -44,10 +44,10 @@ def rows(kit_path: Path) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def tiny_dir(rows: list[dict[str, Any]], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from trainers.tiny_model import build_tiny_model, row_texts
+    from trainers.tiny_model import TinyModelConfig, build_tiny_model, row_texts
 
-    return build_tiny_model(row_texts(rows), tmp_path_factory.mktemp("tiny"), seed=3, hidden_size=32,
-                            num_layers=2, num_heads=2, vocab_size=600)
+    return build_tiny_model(row_texts(rows), tmp_path_factory.mktemp("tiny"), TinyModelConfig(
+        seed=3, hidden_size=32, num_layers=2, num_heads=2, vocab_size=600))
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,7 @@ def mlx_logits_with_adapter(tiny_dir: Path, adapter: Path, ids: list[int]) -> An
     import numpy as np
     from mlx_lm import load
 
-    from trainers.local_mlx import mlx_config_overrides
+    from trainers.sft_mlx import mlx_config_overrides
 
     config = json.loads((tiny_dir / "config.json").read_text())
     model, _ = load(str(tiny_dir), model_config=mlx_config_overrides(config), adapter_path=str(adapter))
@@ -128,7 +128,8 @@ def test_an_mlx_adapter_converted_to_peft_gives_the_same_logits(tiny_dir: Path, 
     from mlx.utils import tree_flatten, tree_unflatten
     from peft import PeftModel
 
-    from trainers.local_mlx import LORA_SCALE, lora_mlx_model, save_mlx_adapter
+    from trainers.lora import MLX_SCALE as LORA_SCALE
+    from trainers.sft_mlx import lora_mlx_model, save_mlx_adapter
 
     model = lora_mlx_model(tiny_dir, seed=0, lora_rank=RANK)
     keys = iter(mx.random.split(mx.random.key(1), 64))
@@ -172,11 +173,11 @@ def test_a_dora_adapter_is_refused_with_a_reason(tiny_dir: Path, tmp_path: Path)
 @needs_mlx
 def test_training_stops_at_a_step_boundary_and_is_seeded(tiny_dir: Path, rows: list[dict[str, Any]],
                                                          tmp_path: Path) -> None:
-    from trainers.local_mlx import train_lora_mlx
+    from trainers.sft_mlx import train_lora_mlx
 
     def run(out: Path) -> Any:
-        return train_lora_mlx(tiny_dir, rows[:4], out, epochs=2, learning_rate=1e-2, batch_size=2, seed=5,
-                              lora_rank=RANK, max_length=1024, stop=lambda: "budget")
+        config = TrainConfig(epochs=2, learning_rate=1e-2, batch_size=2, seed=5, lora_rank=RANK, max_length=1024)
+        return train_lora_mlx(tiny_dir, rows[:4], out, config, stop=lambda: "budget")
 
     first, second = run(tmp_path / "a"), run(tmp_path / "b")
     assert (first.optimizer_steps, first.stopped_by, first.loss_history[-1][0]) == (1, "budget", 1)

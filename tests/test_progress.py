@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from blobkit import cli
 from blobkit.build import BuildConfig, build_kit
+from blobkit.cli import output as cli
 
 STAGES = ["load", "mint", "gate", "split", "replay", "write"]
 
@@ -55,13 +55,13 @@ def test_progress_shows_only_on_a_terminal_and_never_with_piped_json(
         monkeypatch: pytest.MonkeyPatch, stderr_tty: bool, stdout_tty: bool, as_json: bool, shown: bool) -> None:
     monkeypatch.setattr(sys, "stderr", _Terminal() if stderr_tty else io.StringIO())
     monkeypatch.setattr(sys, "stdout", _Terminal() if stdout_tty else io.StringIO())
-    assert cli._show_progress(as_json) is shown
+    assert cli.show_progress(as_json) is shown
 
 
 def test_disabled_progress_writes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     stream = _Terminal()
     monkeypatch.setattr(sys, "stderr", stream)
-    with cli._progress(False) as update:
+    with cli.progress(False) as update:
         update("gate", 1, 3)
     assert stream.getvalue() == ""
 
@@ -72,7 +72,7 @@ def test_without_rich_a_plain_counter_rewrites_one_line_and_clears_it(monkeypatc
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *args: None if name == "rich" else real_find_spec(name, *args))
-    with cli._progress(True) as update:
+    with cli.progress(True) as update:
         update("gate", 1, 3)
         update("replay", 2, 40)
     text = stream.getvalue()

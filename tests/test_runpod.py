@@ -19,7 +19,6 @@ from fake_runpod import FakeRunPod
 from blobkit.build import BuildConfig, build_kit
 from blobkit.cli import main as cli_main
 from blobkit.errors import ChecksumError, ConfigError, SpendGateError, TrainerError
-from blobkit.kitfiles import open_kit
 from trainers.config import TrainConfig
 from trainers.runpod import (
     POD_COMMAND,
@@ -40,6 +39,7 @@ from trainers.runpod_api import (
     RunPodUnavailableError,
     retry_after_seconds,
 )
+from world_format.kit import open_kit
 
 KEY = "test-key"
 STORE_TOKEN = "store-token"

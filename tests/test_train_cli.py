@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from blobkit.build import BuildConfig, build_kit
 from blobkit.errors import ChecksumError, ConfigError, TargetUnavailableError
-from blobkit.kitfiles import open_kit
 from trainers.catalog import CATALOG, resolve_base
 from trainers.config import TrainConfig
 from trainers.export import export_model, verify_export
-from trainers.pipeline import check_target, plan
+from trainers.plan import plan
+from trainers.run import run_training
+from world_format.kit import open_kit
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +54,11 @@ def test_a_base_outside_the_catalog_lists_the_accepted_ids() -> None:
 @pytest.mark.parametrize(("method", "target", "advice"), [("grpo", "local-mlx", "local-torch"),
                                                           ("sft", "runpod", "--init-adapter")])
 def test_method_target_pairs_that_do_not_exist_fail_with_advice(method: str, target: str, advice: str) -> None:
+    refusal = TrainConfig(kit=Path("k"), method=method, target=target).unsupported()  # type: ignore[arg-type]
+    assert refusal is not None and advice in refusal
     with pytest.raises(TargetUnavailableError, match=advice):
-        check_target(TrainConfig(kit=Path("k"), method=method, target=target))  # type: ignore[arg-type]
+        run_training(TrainConfig(kit=Path("k"), method=method, target=target), cast(Any, None), [], {},  # type: ignore[arg-type]
+                     lambda line: None)
 
 
 def test_dry_run_writes_a_plan(kit_path: Path, tmp_path: Path) -> None:
@@ -106,15 +110,19 @@ def test_a_tampered_export_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_demo_passes_repeats_given_with_a_base_on_and_defaults_them_only_for_the_tiny_model() -> None:
+    from blobkit.cli.train import resolve_config
     from blobkit.demo import training_flags
 
-    def flag(flags: list[str], name: str) -> str | None:
-        return flags[flags.index(name) + 1] if name in flags else None
+    def resolved(flags: list[str]) -> TrainConfig:
+        preset = flags[flags.index("--preset") + 1]
+        given = {flags[i][2:].replace("-", "_"): flags[i + 1] for i in range(0, len(flags), 2)
+                 if flags[i] != "--preset"}
+        return resolve_config(preset, None, given)
 
-    tiny = training_flags(None, None, None, None)
-    assert "--full" in tiny and flag(tiny, "--grounding-repeats") == "3" and flag(tiny, "--answer-quote-repeats") == "2"
-    base = training_flags("Qwen/Qwen2.5-0.5B-Instruct", None, None, None)
-    assert "--full" not in base and "--grounding-repeats" not in base and "--answer-quote-repeats" not in base
-    given = training_flags("Qwen/Qwen2.5-0.5B-Instruct", "2", "1", "0")
-    assert flag(given, "--epochs") == "2" and flag(given, "--grounding-repeats") == "1"
-    assert flag(given, "--answer-quote-repeats") == "0"
+    tiny = resolved(training_flags(None, None, None, None))
+    assert tiny.full and tiny.grounding_repeats == 3 and tiny.answer_quote_repeats == 2
+    base = resolved(training_flags("Qwen/Qwen2.5-0.5B-Instruct", None, None, None))
+    assert not base.full and base.grounding_repeats == 0 and base.answer_quote_repeats == 0
+    given = resolved(training_flags("Qwen/Qwen2.5-0.5B-Instruct", "2", "1", "0"))
+    assert given.epochs == 2 and given.grounding_repeats == 1
+    assert given.answer_quote_repeats == 0

@@ -18,10 +18,11 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("trl")
 
-from blobkit.canonical import canonical_json  # noqa: E402
 from blobkit.errors import ConfigError  # noqa: E402
-from trainers.chat import assistant_message, parse_assistant_output, render_prompt  # noqa: E402
-from trainers.tiny_model import build_tiny_model, row_texts  # noqa: E402
+from trainers.chat_format import assistant_message, parse_assistant_output, render_prompt  # noqa: E402
+from trainers.config import TrainConfig  # noqa: E402
+from trainers.tiny_model import TinyModelConfig, build_tiny_model, row_texts  # noqa: E402
+from world_format.canonical import canonical_json  # noqa: E402
 
 GET_ORDER = {
     "type": "function",
@@ -67,6 +68,11 @@ def lookup_row(order_id: int) -> dict[str, Any]:
     }
 
 
+def sft_config(**values: Any) -> TrainConfig:
+    """One epoch of SFT with the given settings and train_sft's former defaults (no warm-up)."""
+    return TrainConfig(**{"epochs": 1, "warmup_ratio": 0.0, **values})
+
+
 def _dir_digest(path: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(path.iterdir()) if p.is_file()}
 
@@ -74,8 +80,8 @@ def _dir_digest(path: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     rows = [lookup_row(1000 + 7 * i) for i in range(40)]
-    return build_tiny_model(row_texts(rows), tmp_path_factory.mktemp("tiny"), seed=1, hidden_size=32,
-                            num_layers=2, num_heads=2, vocab_size=600)
+    return build_tiny_model(row_texts(rows), tmp_path_factory.mktemp("tiny"), TinyModelConfig(
+        seed=1, hidden_size=32, num_layers=2, num_heads=2, vocab_size=600))
 
 
 @pytest.fixture(scope="module")
@@ -127,12 +133,12 @@ def test_two_builds_from_the_same_texts_and_seed_are_byte_identical(tmp_path: Pa
 
     before = torch.random.get_rng_state()
     texts = row_texts([lookup_row(1000 + 7 * i) for i in range(40)])
-    again = build_tiny_model(texts, tmp_path / "again", seed=1, hidden_size=32, num_layers=2, num_heads=2,
-                             vocab_size=600)
+    again = build_tiny_model(texts, tmp_path / "again", TinyModelConfig(seed=1, hidden_size=32, num_layers=2,
+                                                                        num_heads=2, vocab_size=600))
     assert _dir_digest(again) == _dir_digest(tiny_dir)
     assert torch.equal(before, torch.random.get_rng_state())
-    other = build_tiny_model(texts, tmp_path / "other", seed=2, hidden_size=32, num_layers=2, num_heads=2,
-                             vocab_size=600)
+    other = build_tiny_model(texts, tmp_path / "other", TinyModelConfig(seed=2, hidden_size=32, num_layers=2,
+                                                                        num_heads=2, vocab_size=600))
     assert _dir_digest(other)["model.safetensors"] != _dir_digest(tiny_dir)["model.safetensors"]
 
 
@@ -198,23 +204,24 @@ def test_the_assistant_mask_covers_only_assistant_tokens(tokenizer: Any) -> None
 def test_count_row_tokens_matches_the_template_and_over_long_rows_are_refused(
     tiny_dir: Path, tokenizer: Any, tmp_path: Path
 ) -> None:
-    from trainers.local_torch import count_row_tokens, train_sft
+    from trainers.sft_torch import count_row_tokens, train_sft
 
     row = lookup_row(1042)
     text = tokenizer.apply_chat_template(row["messages"], tools=row["tools"], tokenize=False)
     n = count_row_tokens(tokenizer, row)
     assert n == len(tokenizer(text, add_special_tokens=False)["input_ids"])
     with pytest.raises(ConfigError, match="exceed max_length"):
-        train_sft(tiny_dir, [row], tmp_path / "out", epochs=1, learning_rate=1e-3, batch_size=1, seed=0,
-                  lora=False, lora_rank=0, max_length=n - 1, progress=False)
+        train_sft(tiny_dir, [row], tmp_path / "out", sft_config(learning_rate=1e-3, batch_size=1, seed=0,
+                                                                full=True, max_length=n - 1), progress=False)
 
 
 def test_lora_training_writes_a_canonical_adapter(tiny_dir: Path, tmp_path: Path) -> None:
-    from trainers.local_torch import train_sft
+    from trainers.sft_torch import train_sft
 
     rows = [lookup_row(3000 + i) for i in range(8)]
-    result = train_sft(tiny_dir, rows, tmp_path / "lora", epochs=1, learning_rate=1e-3, batch_size=4, seed=0,
-                       lora=True, lora_rank=4, max_steps=2, progress=False, log_every=1)
+    result = train_sft(tiny_dir, rows, tmp_path / "lora", sft_config(learning_rate=1e-3, batch_size=4, seed=0,
+                                                                     lora_rank=4), max_steps=2, progress=False,
+                       log_every=1)
     assert result.kind == "lora" and result.optimizer_steps == 2
     assert [s for s, _ in result.loss_history] == [1, 2]
     assert (tmp_path / "lora" / "adapter_model.safetensors").is_file()
@@ -230,13 +237,13 @@ def test_lora_training_writes_a_canonical_adapter(tiny_dir: Path, tmp_path: Path
 
 def test_the_same_seed_gives_byte_identical_adapters_and_another_seed_does_not(tiny_dir: Path,
                                                                                 tmp_path: Path) -> None:
-    from trainers.local_torch import train_sft
+    from trainers.sft_torch import train_sft
 
     rows = [lookup_row(4000 + 3 * i) for i in range(8)]
 
     def adapter(name: str, seed: int) -> bytes:
-        train_sft(tiny_dir, rows, tmp_path / name, epochs=1, learning_rate=1e-3, batch_size=4, seed=seed, lora=True,
-                  lora_rank=4, max_steps=2, progress=False)
+        train_sft(tiny_dir, rows, tmp_path / name, sft_config(learning_rate=1e-3, batch_size=4, seed=seed,
+                                                              lora_rank=4), max_steps=2, progress=False)
         return (tmp_path / name / "adapter_model.safetensors").read_bytes()
 
     first, second, other = adapter("a", 7), adapter("b", 7), adapter("c", 8)
@@ -249,15 +256,17 @@ def test_full_weight_training_learns_tool_calls_for_unseen_ids(tmp_path: Path) -
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trainers.generation import generate_turn
-    from trainers.local_torch import train_sft
+    from trainers.sft_torch import train_sft
 
     ids = list(range(1000, 10000))
     random.Random(0).shuffle(ids)
     train_ids, test_ids = ids[:400], ids[400:410]
     rows = [lookup_row(i) for i in train_ids]
-    base = build_tiny_model(row_texts(rows), tmp_path / "base", seed=0, hidden_size=64, vocab_size=1024)
-    result = train_sft(base, rows, tmp_path / "sft", epochs=1, learning_rate=5e-3, batch_size=8, seed=0,
-                       lora=False, lora_rank=0, max_length=512, max_steps=400, progress=False, log_every=50)
+    base = build_tiny_model(row_texts(rows), tmp_path / "base", TinyModelConfig(seed=0, hidden_size=64,
+                                                                                vocab_size=1024))
+    result = train_sft(base, rows, tmp_path / "sft", sft_config(learning_rate=5e-3, batch_size=8, seed=0, full=True,
+                                                                max_length=512), max_steps=400, progress=False,
+                       log_every=50)
     assert result.kind == "full" and result.optimizer_steps == 400
     first, last = result.loss_history[0][1], result.loss_history[-1][1]
     assert last < 0.1 * first
@@ -273,11 +282,12 @@ def test_full_weight_training_learns_tool_calls_for_unseen_ids(tmp_path: Path) -
 
 def test_training_progress_shows_the_loss_in_the_bar_instead_of_printing_a_dict_per_log_step(
         tiny_dir: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
-    from trainers.local_torch import train_sft
+    from trainers.sft_torch import train_sft
 
     rows = [lookup_row(5000 + i) for i in range(8)]
-    result = train_sft(tiny_dir, rows, tmp_path / "out", epochs=1, learning_rate=1e-3, batch_size=4, seed=0,
-                       lora=True, lora_rank=4, max_steps=2, progress=True, log_every=1)
+    result = train_sft(tiny_dir, rows, tmp_path / "out", sft_config(learning_rate=1e-3, batch_size=4, seed=0,
+                                                                    lora_rank=4), max_steps=2, progress=True,
+                       log_every=1)
     shown = capfd.readouterr()
     text = shown.out + shown.err
     assert [s for s, _ in result.loss_history] == [1, 2]
@@ -293,7 +303,7 @@ def test_the_cpu_assistant_token_loss_equals_trls_loss_and_gradients_on_one_batc
     from transformers import AutoModelForCausalLM
     from trl import SFTConfig, SFTTrainer
 
-    from trainers.local_torch import _assistant_token_loss, rows_to_dataset
+    from trainers.sft_torch import _assistant_token_loss, rows_to_dataset
 
     rows = [lookup_row(2000 + 37 * i) for i in range(5)]
     rows[1]["messages"][1]["content"] = "Hello there, could you please tell me the status of order 2037 today?"

@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 from conftest import EXAMPLES, ROOT, write_world
 
-from blobkit.chain import run_chain
+from world_format.chain import run_chain
 from world_format.loader import load_world
 from world_format.models import Task
 from world_format.pack import write_package

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from blobkit.errors import ConfigError
+from trainers.errors import ConfigError
 
 
 @dataclass(frozen=True)

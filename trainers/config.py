@@ -1,11 +1,23 @@
-"""The one training configuration object, resolved from defaults plus flags."""
+"""The one training configuration: every training default lives here, once.
+
+``blobkit train``'s options, ``blobkit company train``'s training settings, the demo and the
+RunPod pod all read their defaults from :class:`TrainConfig` (the CLI generates its options from
+the fields below; the pod receives the resolved config as a file). Named :data:`PRESETS` bundle
+the settings of a recipe (the tiny model from scratch, LoRA on a pretrained base) instead of
+copying defaults elsewhere.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from trainers.errors import ConfigError
+
+Method = Literal["sft", "grpo"]
+Target = Literal["local-torch", "local-mlx", "runpod"]
 
 
 class TrainConfig(BaseModel):
@@ -13,17 +25,17 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
-    kit: Path
-    """Kit directory or archive."""
+    kit: Path | None = None
+    """Kit directory or archive (required to train or plan)."""
     data: Path | None = None
     """SFT rows (defaults to the kit's sft.jsonl)."""
     base: str = "Qwen/Qwen3-8B"
     """Catalog id or local model directory."""
     revision: str | None = None
-    """Pinned revision of a hub base."""
-    method: Literal["sft", "grpo"] = "grpo"
+    """Pinned revision (commit, tag or branch) of a hub base."""
+    method: Method = "grpo"
     """Training method."""
-    target: Literal["local-torch", "local-mlx", "runpod"] = "local-mlx"
+    target: Target = "local-mlx"
     """Where training runs."""
     out: Path = Path("out/train")
     """Output directory."""
@@ -32,7 +44,9 @@ class TrainConfig(BaseModel):
     full: bool = False
     """Train all weights instead of a LoRA adapter."""
     lora_rank: int = Field(16, ge=1, le=512)
-    """LoRA rank."""
+    """LoRA rank (alpha is twice the rank)."""
+    merge: bool = False
+    """LoRA runs: also export the base with the adapter merged in, as a full model, in OUT/export-merged."""
     epochs: float = Field(8, gt=0)
     """SFT epochs."""
     steps: int = Field(100, ge=1)
@@ -41,10 +55,14 @@ class TrainConfig(BaseModel):
     """Seed for data order, initialisation and sampling."""
     learning_rate: float = Field(2e-4, gt=0)
     """Peak learning rate."""
+    lr_scheduler: Literal["linear", "cosine", "constant"] = "linear"
+    """SFT: how the learning rate decays after the warm-up (to 0 for linear and cosine)."""
     warmup_ratio: float = Field(0.03, ge=0, lt=1)
-    """Share of SFT optimizer steps spent warming the learning rate up (then linear decay)."""
+    """SFT: share of optimizer steps spent warming the learning rate up from 0."""
+    weight_decay: float = Field(0.0, ge=0)
+    """AdamW weight decay."""
     batch_size: int = Field(8, ge=1)
-    """Rows per optimizer step."""
+    """Rows per SFT optimizer step; episodes per GRPO step (batch_size // group_size prompts)."""
     max_length: int = Field(1024, ge=64)
     """Longest row in tokens; longer rows are an error, never dropped."""
     packing: bool = False
@@ -52,7 +70,7 @@ class TrainConfig(BaseModel):
     group_by_length: bool = False
     """SFT without packing: batch rows of similar length together (seeded), so little compute goes to padding.
     Faster, but batches of one length are batches of one task shape: from scratch at a high learning rate it
-    learned far worse (see README)."""
+    learned far worse (see benchmarks/README.md)."""
     grounding_repeats: int = Field(0, ge=0, le=16)
     """SFT: add every grounding turn (a tool call whose text argument quotes the user, such as the email address
     a customer gave) this many extra times as its own example: the executed conversation up to that call.
@@ -60,10 +78,8 @@ class TrainConfig(BaseModel):
     answer_quote_repeats: int = Field(0, ge=0, le=16)
     """SFT: add every assistant answer that quotes a figure from a tool observation (such as an order total) this
     many extra times as its own example: the executed conversation up to that answer. 0 turns it off."""
-    merge: bool = False
-    """Also export the merged model."""
     max_turns: int = Field(6, ge=1)
-    """Turn cap of an evaluation episode."""
+    """Turn cap of an evaluation episode, a GRPO rollout and a replay."""
     max_new_tokens: int = Field(128, ge=8)
     """Tokens per generated assistant turn."""
     eval_limit: int | None = Field(None, ge=1)
@@ -71,13 +87,14 @@ class TrainConfig(BaseModel):
     init_adapter: Path | None = None
     """An export (``OUT/export`` of an SFT run) that GRPO warm-starts from."""
     group_size: int = Field(2, ge=2)
-    """GRPO attempts per prompt (the company worker default is 2)."""
+    """GRPO attempts per prompt (a group)."""
     temperature: float = Field(1.0, gt=0)
     """Sampling temperature of GRPO rollouts."""
     max_model_calls: int | None = Field(None, ge=1)
-    """Stop GRPO cleanly at a step boundary after this many model calls (generate turns)."""
+    """Budget: stop training at a step boundary before it could pass this many model calls (generated turns of
+    GRPO rollouts; evaluations are not counted)."""
     max_minutes: float | None = Field(None, gt=0)
-    """Stop training cleanly at a step boundary after this many active minutes."""
+    """Budget: stop training at a step boundary once this many minutes of training have passed."""
     confirm_spend: bool = False
     """Allow a paid target (runpod) to create resources that cost money."""
     max_hours: float = Field(2.0, gt=0)
@@ -86,3 +103,50 @@ class TrainConfig(BaseModel):
     """runpod: GPU type id from RunPod's catalog."""
     gpu_count: int = Field(1, ge=1, le=8)
     """runpod: GPUs per pod."""
+
+    @classmethod
+    def preset(cls, name: str, **values: Any) -> TrainConfig:
+        """The config of preset ``name`` (see :data:`PRESETS`), with ``values`` on top."""
+        if name not in PRESETS:
+            raise ConfigError(f"unknown preset {name!r}; presets: {', '.join(sorted(PRESETS))}")
+        return cls(**{**PRESETS[name], **values})
+
+    def with_preset(self, name: str) -> TrainConfig:
+        """This config with the preset's settings applied where this config still has the default."""
+        if name not in PRESETS:
+            raise ConfigError(f"unknown preset {name!r}; presets: {', '.join(sorted(PRESETS))}")
+        kept = {field: value for field, value in PRESETS[name].items() if field not in self.model_fields_set}
+        return self.model_copy(update=kept)
+
+    def unsupported(self) -> str | None:
+        """Why this method/target/option combination cannot run (with what can), or None when it can.
+
+        The one place the method/target rules live; the CLI, the planner and every target ask here.
+        """
+        if self.target == "local-mlx" and (self.full or self.packing):
+            return ("local-mlx trains LoRA adapters without packing; drop --full/--packing or use "
+                    "--target local-torch")
+        if self.target == "local-mlx" and self.method != "sft":
+            return ("GRPO does not run on local-mlx; train SFT with --target local-mlx, or run GRPO with "
+                    "--target local-torch or --target runpod")
+        if self.target == "runpod" and self.method != "grpo":
+            return ("runpod runs GRPO only: train SFT locally first (--target local-torch or local-mlx), then pass "
+                    "its export with --init-adapter to --method grpo --target runpod")
+        if self.merge and self.full:
+            return "--merge merges a LoRA adapter into its base; a --full run already exports the whole model"
+        return None
+
+    def as_json(self) -> dict[str, Any]:
+        """The config as plain JSON (what plan.json, checkpoints and exports record)."""
+        return self.model_dump(mode="json")
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": {"full": True, "learning_rate": 2e-3, "batch_size": 4, "epochs": 3, "max_length": 2048,
+             "max_new_tokens": 64, "grounding_repeats": 3, "answer_quote_repeats": 2, "max_turns": 5},
+    "lora": {"epochs": 1, "batch_size": 8, "max_length": 4096, "max_new_tokens": 128, "max_turns": 5},
+}
+"""Named recipes. ``tiny``: blobkit's tiny model trained from scratch on every weight at a high learning rate,
+with the grounding and answer-quote repeats it needs to learn copying (benchmarks/README.md has the
+measurements). ``lora``: a LoRA adapter on a pretrained base at the default learning rate for one epoch,
+with room for a real chat template's longer rows."""

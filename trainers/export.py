@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
-from blobkit.canonical import atomic_write_json, file_sha256, replace_dir, staging_dir
-from blobkit.errors import ChecksumError, TrainerError
+from trainers.errors import TrainerError
+from world_format.canonical import canonical_bytes
+from world_format.manifest import Content, FileTable, verify_manifested_dir, write_manifested_dir
 
 MANIFEST = "manifest.json"
+EXPORT_FORMAT = "blobkit-export"
 WEIGHT_SUFFIXES = (".safetensors",)
 REFUSED_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 
@@ -19,41 +19,41 @@ REFUSED_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 def export_model(trained: Path, out: Path, *, kind: str, config: dict[str, Any], base: dict[str, Any],
                  kit_sha256: str) -> Path:
     """Copy the trained files (safetensors only) plus config and manifest into ``out`` atomically."""
-    staging = staging_dir(out)
-    try:
-        for path in sorted(Path(trained).iterdir()):
-            if path.is_file() and not path.name.endswith(REFUSED_SUFFIXES) and path.name != MANIFEST:
-                shutil.copyfile(path, staging / path.name)
-        if not any(p.name.endswith(WEIGHT_SUFFIXES) for p in staging.iterdir()):
-            raise TrainerError(f"{trained}: no safetensors weights to export")
-        atomic_write_json(staging / "train_config.json", config)
-        files = {p.name: {"sha256": file_sha256(p), "bytes": p.stat().st_size} for p in sorted(staging.iterdir())}
-        atomic_write_json(staging / MANIFEST, {"format": "blobkit-export", "version": 1, "kind": kind,
-                                               "base": base, "kit_sha256": kit_sha256, "files": files})
-        replace_dir(staging, out)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
+    files: dict[str, Content] = {path.name: path for path in sorted(Path(trained).iterdir())
+                                 if path.is_file() and not path.name.endswith(REFUSED_SUFFIXES)
+                                 and path.name != MANIFEST}
+    if not any(name.endswith(WEIGHT_SUFFIXES) for name in files):
+        raise TrainerError(f"{trained}: no safetensors weights to export")
+    files["train_config.json"] = canonical_bytes(config) + b"\n"
+
+    def render(table: FileTable) -> bytes:
+        return canonical_bytes({"format": EXPORT_FORMAT, "version": 1, "kind": kind, "base": base,
+                                "kit_sha256": kit_sha256, "files": table}) + b"\n"
+
+    write_manifested_dir(out, files, MANIFEST, render)
     return out
+
+
+def read_export_manifest(export: Path) -> dict[str, Any]:
+    """The export's manifest.json, shape-checked (not yet compared with the files)."""
+    manifest_path = Path(export) / MANIFEST
+    if not manifest_path.is_file():
+        raise TrainerError(f"{export}: no {MANIFEST}: not a blobkit export")
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise TrainerError(f"{manifest_path}: not valid JSON: {exc}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != EXPORT_FORMAT or not isinstance(
+            manifest.get("files"), dict):
+        raise TrainerError(f"{manifest_path}: not a {EXPORT_FORMAT} manifest")
+    return manifest
 
 
 def verify_export(export: Path) -> dict[str, Any]:
     """Check every file against the manifest (all-or-nothing, no unlisted files); return the manifest."""
-    manifest_path = Path(export) / MANIFEST
-    if not manifest_path.is_file():
-        raise TrainerError(f"{export}: no {MANIFEST}: not a blobkit export")
-    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    listed: dict[str, Any] = manifest.get("files", {})
-    present = {entry.name for entry in os.scandir(export) if entry.name != MANIFEST}
-    for name in sorted(present | set(listed)):
-        path = Path(export) / name
-        if name not in listed:
-            raise ChecksumError(f"{path}: not listed in {MANIFEST}")
-        if name not in present or path.is_symlink() or not path.is_file():
-            raise ChecksumError(f"{path}: listed in {MANIFEST} but missing or not a regular file")
-        if file_sha256(path) != listed[name]["sha256"] or path.stat().st_size != listed[name]["bytes"]:
-            raise ChecksumError(f"{path}: sha256 does not match {MANIFEST}; refusing to load it")
-    return dict(manifest)
+    manifest = read_export_manifest(export)
+    verify_manifested_dir(Path(export), manifest["files"], MANIFEST, recursive=False)
+    return manifest
 
 
 def load_export(export: Path) -> tuple[Any, Any, dict[str, Any]]:
@@ -74,3 +74,25 @@ def load_export(export: Path) -> tuple[Any, Any, dict[str, Any]]:
     model.eval()
     return model, tokenizer, manifest
 
+
+
+def merge_export(export: Path, out: Path) -> Path:
+    """The base with a LoRA export's adapter merged in, exported as a full model (manifest and all) to ``out``.
+
+    The merged weights are what ``PeftModel.merge_and_unload`` computes (W + (alpha / r) B A per
+    adapted layer); the manifest records the same base and kit as the adapter's, and its
+    ``train_config.json`` is the adapter's.
+    """
+    import tempfile
+
+    manifest = verify_export(export)
+    if manifest["kind"] != "lora":
+        raise TrainerError(f"{export}: only a LoRA export can be merged (this one is {manifest['kind']!r})")
+    model, tokenizer, _ = load_export(export)
+    merged = model.merge_and_unload()
+    config = json.loads((Path(export) / "train_config.json").read_text(encoding="utf-8"))
+    with tempfile.TemporaryDirectory(prefix="blobkit-merge-") as scratch:
+        merged.save_pretrained(scratch, safe_serialization=True)
+        tokenizer.save_pretrained(scratch)
+        return export_model(Path(scratch), out, kind="full", config=config, base=manifest["base"],
+                            kit_sha256=manifest["kit_sha256"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from trainers.chat import END_TOKENS, render_prompt
+from .chat_format import END_TOKENS, render_prompt
 
 
 def stop_ids(tokenizer: Any) -> list[int]:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from blobkit.errors import ConfigError
+from trainers.errors import ConfigError
 
 MIN_QUOTED_CHARS = 3
 """Shorter string arguments ("a", "ok") match user text by chance and are not counted as quotes."""

@@ -28,21 +28,22 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from blobkit.canonical import atomic_write_json, atomic_write_text, canonical_json
-from blobkit.errors import ConfigError, TrainerError
-from blobkit.kitfiles import Kit
+from world_format.canonical import atomic_write_text, canonical_json
+from world_format.kit import Kit, KitCase, Prompt
 
+from .budget import Budget, Log
 from .config import TrainConfig
-from .episode import run_episode
+from .errors import ConfigError, TrainerError
+from .evaluation import EpisodeResult, EvalSummary, run_episode
+from .export import verify_export
+from .fit import FitResult
 from .generation import Decoded, decode, prompt_ids, stop_ids, turn_text
-
-Log = Callable[[str], None]
-Stop = Callable[[], str | None]
+from .lora import peft_lora_config
+from .sft_torch import canonicalise_adapter_config
 
 
 class Policy(Protocol):
@@ -74,52 +75,51 @@ class Sampler:
 
 @dataclass
 class Rollout:
-    """One sampled episode: its turns' token ids, the episode record and the reward."""
+    """One sampled episode (a trajectory): its turns' token ids, the episode and the reward."""
 
     case_id: str
     turns: list[Decoded]
-    episode: dict[str, Any]
+    episode: EpisodeResult
     reward: float
     verifier_error: bool
 
 
-def rl_cases(kit: Kit, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def rl_cases(kit: Kit, rows: list[dict[str, Any]]) -> list[KitCase]:
     """Training prompts for RL: each SFT row's system + user messages and tools, with its case's task.
 
     Built from the SFT rows themselves, so the tool schemas the model sees in RL are the very
     objects it saw in SFT.
     """
-    tasks = {case["case_id"]: case for case in kit.jsonl("train_cases.jsonl")}
+    tasks = {case.case_id: case for case in kit.cases("train")}
     cases = []
     for row in rows:
         case_id = (row.get("metadata") or {}).get("case_id")
         if case_id not in tasks:
             continue
-        case = tasks[case_id]
-        cases.append({"case_id": case_id, "template": case["template"], "task": case["task"],
-                      "prompt": {"messages": row["messages"][:2], "tools": row["tools"]}})
+        prompt = Prompt(messages=row["messages"][:2], tools=row["tools"])
+        cases.append(tasks[case_id].model_copy(update={"prompt": prompt}))
     if not cases:
         raise ConfigError("no SFT row matches a training case of the kit: nothing to run RL on")
     return cases
 
 
-def assert_same_tools(rows: list[dict[str, Any]], cases: list[dict[str, Any]]) -> None:
+def assert_same_tools(rows: list[dict[str, Any]], cases: list[KitCase]) -> None:
     """The tool schemas of every RL and evaluation prompt must be byte-identical to the SFT rows'."""
     seen = {canonical_json(row["tools"]) for row in rows}
     for case in cases:
-        if canonical_json(case["prompt"]["tools"]) not in seen:
-            raise TrainerError(f"case {case['case_id']}: its tool schemas differ from those in the SFT rows")
+        if case.prompt is None or canonical_json(case.prompt.tools) not in seen:
+            raise TrainerError(f"case {case.case_id}: its tool schemas differ from those in the SFT rows")
 
 
-def rollout(policy: Policy, runtime: Any, case: dict[str, Any], max_turns: int) -> Rollout:
+def rollout(policy: Policy, runtime: Any, case: KitCase, max_turns: int) -> Rollout:
     """Run one episode on an isolated copy of the seed and score it: reward 1 iff VCode passes.
 
     A verifier error is recorded on the rollout and rewarded 0, never 1.
     """
     policy.turns = []
     episode = run_episode(policy, runtime, case, max_turns)
-    error = episode["verdict"]["outcome"] == "error"
-    return Rollout(case["case_id"], list(policy.turns), episode, 1.0 if episode["passed"] else 0.0, error)
+    error = episode.verdict.outcome == "error"
+    return Rollout(case.case_id, list(policy.turns), episode, 1.0 if episode.passed else 0.0, error)
 
 
 def advantages(rewards: list[float], group_size: int) -> list[float]:
@@ -155,43 +155,16 @@ def policy_loss(model: Any, rollouts: list[Rollout], weights: list[float]) -> tu
     return total, n_tokens
 
 
-@dataclass
-class Budget:
-    """Model-call, wall-clock and caller-supplied stop conditions, checked between steps."""
-
-    max_model_calls: int | None
-    max_minutes: float | None
-    stop: Stop | None
-    started: float = field(default_factory=time.monotonic)
-    model_calls: int = 0
-
-    def exhausted(self, next_step_calls: int) -> str | None:
-        """Why the next step must not start (it could exceed a budget), or None."""
-        if self.stop is not None:
-            reason = self.stop()
-            if reason:
-                return reason
-        if self.max_model_calls is not None and self.model_calls + next_step_calls > self.max_model_calls:
-            return "max_model_calls"
-        if self.max_minutes is not None and (time.monotonic() - self.started) / 60 >= self.max_minutes:
-            return "max_minutes"
-        return None
-
-
 def _load_policy(config: TrainConfig, plan_record: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
     """(trainable model, tokenizer, base record of the RL adapter) from --init-adapter or the base."""
     import torch
-    from peft import LoraConfig, PeftModel, get_peft_model
+    from peft import PeftModel, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from .export import verify_export
 
     def fresh_lora(model: Any) -> Any:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed)
-            return get_peft_model(model, LoraConfig(r=config.lora_rank, lora_alpha=2 * config.lora_rank,
-                                                    target_modules="all-linear", task_type="CAUSAL_LM",
-                                                    lora_dropout=0.0))
+            return get_peft_model(model, peft_lora_config(config.lora_rank))
 
     if config.init_adapter is None:
         base = plan_record["base"]
@@ -217,110 +190,112 @@ def _step_record(step: int, rollouts: list[Rollout], group_size: int, updated: b
     return {
         "step": step, "episodes": len(rollouts), "reward_mean": round(sum(rewards) / len(rewards), 4),
         "zero_variance_groups": round(sum(1 for g in groups if max(g) == min(g)) / len(groups), 4),
-        "tool_call_parse_failures": sum(r.episode["parse_failures"] for r in rollouts),
-        "episode_turns_mean": round(sum(r.episode["turns"] for r in rollouts) / len(rollouts), 3),
+        "tool_call_parse_failures": sum(r.episode.parse_failures for r in rollouts),
+        "episode_turns_mean": round(sum(r.episode.turns for r in rollouts) / len(rollouts), 3),
         "verifier_errors": sum(r.verifier_error for r in rollouts),
         "optimizer_update": updated, "loss": round(loss, 6), "model_calls": calls, "seconds": round(seconds, 2),
     }
 
 
-def train_grpo(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: dict[str, Any], log: Log,
-               stop: Stop | None = None) -> dict[str, Any]:
-    """Run GRPO, export the adapter, evaluate SFT (the start point) and RL on the held-out cases."""
-    import torch
+class GRPOTrainer:
+    """GRPO on local-torch for the run skeleton: the warm-start (or base) policy is both the start and the fit."""
 
-    from .export import export_model
-    from .local_torch import _canonicalise_adapter_config
-    from .pipeline import _evaluate
+    end_label = "rl"
 
-    loaded = kit.world()
-    train_cases = rl_cases(kit, rows)
-    eval_cases = kit.jsonl("eval_cases.jsonl")[: config.eval_limit]
-    assert_same_tools(rows, train_cases + eval_cases)
-    model, tokenizer, base = _load_policy(config, plan_record)
-    start_label = "sft" if config.init_adapter is not None else "base"
-    start_eval, _ = _evaluate(model, tokenizer, loaded, eval_cases, config, log, start_label)
+    def __init__(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]],
+                 plan_record: dict[str, Any]) -> None:
+        self.config, self.kit = config, kit
+        self.cases = rl_cases(kit, rows)
+        assert_same_tools(rows, self.cases + kit.cases("eval")[: config.eval_limit])
+        self.model, self.tokenizer, self.base = _load_policy(config, plan_record)
+        self.start_label = "sft" if config.init_adapter is not None else "base"
+        self.steps: list[dict[str, Any]] = []
 
-    prompts_per_step = max(1, config.batch_size // config.group_size)
-    step_calls = prompts_per_step * config.group_size * config.max_turns
-    order = random.Random(config.seed)
-    generator = torch.Generator().manual_seed(config.seed)
-    sampler = Sampler(model, tokenizer, config.max_new_tokens, config.temperature, generator)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate,
-                                  weight_decay=0.0)
-    budget = Budget(config.max_model_calls, config.max_minutes, stop)
-    steps: list[dict[str, Any]] = []
-    stopped_by: str | None = None
-    updates = 0
-    runtime = loaded.runtime()
-    try:
-        for step in range(1, config.steps + 1):
-            stopped_by = budget.exhausted(step_calls)
-            if stopped_by:
-                log(f"GRPO stopped before step {step}: {stopped_by}")
-                break
-            started = time.monotonic()
-            chosen = order.sample(train_cases, min(prompts_per_step, len(train_cases)))
-            rollouts = [rollout(sampler, runtime, case, config.max_turns)
-                        for case in chosen for _ in range(config.group_size)]
-            calls = sum(len(r.turns) for r in rollouts)
-            budget.model_calls += calls
-            weights = advantages([r.reward for r in rollouts], config.group_size)
-            updated, loss_value = False, 0.0
-            if any(weights):
-                model.train()
-                optimizer.zero_grad(set_to_none=True)
-                loss, _ = policy_loss(model, rollouts, weights)
-                torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
-                optimizer.step()
-                updated, loss_value = True, float(loss)
-                updates += 1
-            record = _step_record(step, rollouts, config.group_size, updated, loss_value, calls,
-                                  time.monotonic() - started)
-            steps.append(record)
-            atomic_write_text(config.out / "rl_steps.jsonl", "".join(canonical_json(s) + "\n" for s in steps))
-            log(f"GRPO step {step}/{config.steps}: reward {record['reward_mean']:.2f}, zero-variance groups "
-                f"{record['zero_variance_groups']:.2f}, update {'yes' if updated else 'no'}, {calls} model calls")
-    finally:
-        runtime.close()
+    def start_policy(self) -> tuple[Any, Any]:
+        """The policy GRPO will train, before any update."""
+        return self.model, self.tokenizer
 
-    checkpoint = config.out / "checkpoint"
-    checkpoint.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(checkpoint, safe_serialization=True)
-    _canonicalise_adapter_config(checkpoint / "adapter_config.json")
-    tokenizer.save_pretrained(checkpoint)
-    config_json = json.loads(config.model_dump_json())
-    export = export_model(checkpoint, config.out / "export", kind="lora", config=config_json, base=base,
-                          kit_sha256=kit.sha256)
-    from .export import load_export
+    def _step(self, step: int, sampler: Sampler, optimizer: Any, order: random.Random, runtime: Any) -> dict[str, Any]:
+        """One GRPO step: sample a group of rollouts per prompt, one policy-gradient update when any group varies."""
+        import torch
 
-    del model
-    reloaded, tokenizer, _ = load_export(export)
-    rl_eval, rl_results = _evaluate(reloaded, tokenizer, loaded, eval_cases, config, log, "rl")
-    evals = {start_label: start_eval, "rl": rl_eval}
-    previous = _previous_eval(config)
-    if "base" in previous and start_label != "base":
-        evals = {"base": previous["base"], **evals}
-    zero_variance = [s["zero_variance_groups"] for s in steps]
-    report = {
-        **evals,
-        f"rl_minus_{start_label}": {"pass_rate": round(rl_eval["pass_rate"] - start_eval["pass_rate"], 4),
-                                    "cases": rl_eval["cases"]},
-        "optimizer_updates": updates, "steps_completed": len(steps), "steps_planned": config.steps,
-        "stopped_by": stopped_by, "model_calls": budget.model_calls,
-        "eval_model_calls": start_eval["model_calls"] + rl_eval["model_calls"],
-        "active_seconds": round(time.monotonic() - budget.started, 1),
-        "zero_variance_group_fraction": round(sum(zero_variance) / len(zero_variance), 4) if steps else None,
-        "reward_history": [[s["step"], s["reward_mean"]] for s in steps],
-        "kit_sha256": kit.sha256, "group_size": config.group_size, "shaping": None,
-    }
-    atomic_write_json(config.out / "eval.json", report)
-    atomic_write_json(config.out / "eval_cases_rl.json", rl_results)
-    from .pipeline import plot_training
+        config, started = self.config, time.monotonic()
+        prompts = max(1, config.batch_size // config.group_size)
+        chosen = order.sample(self.cases, min(prompts, len(self.cases)))
+        rollouts = [rollout(sampler, runtime, case, config.max_turns) for case in chosen
+                    for _ in range(config.group_size)]
+        weights = advantages([r.reward for r in rollouts], config.group_size)
+        updated, loss_value = False, 0.0
+        if any(weights):
+            self.model.train()
+            optimizer.zero_grad(set_to_none=True)
+            loss, _ = policy_loss(self.model, rollouts, weights)
+            torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], 1.0)
+            optimizer.step()
+            updated, loss_value = True, float(loss)
+        calls = sum(len(r.turns) for r in rollouts)
+        return _step_record(step, rollouts, config.group_size, updated, loss_value, calls, time.monotonic() - started)
 
-    plot_training(config.out / "training.png", [(s["step"], s["reward_mean"]) for s in steps], evals,
-                  title="GRPO reward per step", ylabel="mean reward")
-    return report
+    def fit(self, budget: Budget, log: Log) -> FitResult:
+        """Up to ``steps`` steps, each started only when its worst case fits the budget; rl_steps.jsonl as it goes."""
+        import torch
+
+        config = self.config
+        step_calls = max(1, config.batch_size // config.group_size) * config.group_size * config.max_turns
+        generator = torch.Generator().manual_seed(config.seed)
+        sampler = Sampler(self.model, self.tokenizer, config.max_new_tokens, config.temperature, generator)
+        optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad],
+                                      lr=config.learning_rate, weight_decay=config.weight_decay)
+        order, runtime = random.Random(config.seed), self.kit.world().runtime()
+        try:
+            for step in range(1, config.steps + 1):
+                if budget.exhausted(step_calls):
+                    log(f"GRPO stopped before step {step}: {budget.stopped_by}")
+                    break
+                record = self._step(step, sampler, optimizer, order, runtime)
+                budget.model_calls += record["model_calls"]
+                self.steps.append(record)
+                atomic_write_text(config.out / "rl_steps.jsonl", "".join(canonical_json(s) + "\n" for s in self.steps))
+                log(f"GRPO step {step}/{config.steps}: reward {record['reward_mean']:.2f}, zero-variance groups "
+                    f"{record['zero_variance_groups']:.2f}, update {'yes' if record['optimizer_update'] else 'no'}, "
+                    f"{record['model_calls']} model calls")
+        finally:
+            runtime.close()
+        return self._checkpoint(budget)
+
+    def _checkpoint(self, budget: Budget) -> FitResult:
+        checkpoint = self.config.out / "checkpoint"
+        checkpoint.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(checkpoint, safe_serialization=True)
+        canonicalise_adapter_config(checkpoint / "adapter_config.json")
+        self.tokenizer.save_pretrained(checkpoint)
+        del self.model
+        zero_variance = [s["zero_variance_groups"] for s in self.steps]
+        details = {"steps_completed": len(self.steps), "model_calls": budget.model_calls,
+                   "active_seconds": round(budget.minutes() * 60, 1),
+                   "zero_variance_group_fraction": round(sum(zero_variance) / len(zero_variance), 4)
+                   if self.steps else None}
+        return FitResult(checkpoint, "lora", self.base, sum(s["optimizer_update"] for s in self.steps),
+                         budget.minutes() * 60, [(s["step"], s["reward_mean"]) for s in self.steps],
+                         budget.stopped_by, details)
+
+    def report(self, start: EvalSummary, end: EvalSummary, fit: FitResult) -> dict[str, Any]:
+        """The start policy and RL on the same held-out cases, with the rollout figures."""
+        config, label = self.config, self.start_label
+        evals = {label: start.to_json(), "rl": end.to_json()}
+        previous = _previous_eval(config)
+        if "base" in previous and label != "base":
+            evals = {"base": previous["base"], **evals}
+        return {
+            **evals,
+            f"rl_minus_{label}": {"pass_rate": round(end.pass_rate - start.pass_rate, 4), "cases": len(end.results)},
+            "optimizer_updates": fit.optimizer_updates, "steps_completed": fit.details["steps_completed"],
+            "steps_planned": config.steps, "stopped_by": fit.stopped_by, "model_calls": fit.details["model_calls"],
+            "eval_model_calls": start.model_calls + end.model_calls, "active_seconds": fit.details["active_seconds"],
+            "zero_variance_group_fraction": fit.details["zero_variance_group_fraction"],
+            "reward_history": [[step, reward] for step, reward in fit.history],
+            "kit_sha256": self.kit.sha256, "group_size": config.group_size, "shaping": None,
+        }
 
 
 def _previous_eval(config: TrainConfig) -> dict[str, Any]:

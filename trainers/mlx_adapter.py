@@ -29,8 +29,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from blobkit.canonical import atomic_write_json
-from blobkit.errors import ConfigError
+from trainers.errors import ConfigError
+from world_format.canonical import atomic_write_json
 
 MLX_WEIGHTS = "adapters.safetensors"
 PEFT_WEIGHTS = "adapter_model.safetensors"

@@ -72,9 +72,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from blobkit.canonical import atomic_write_json, atomic_writer, file_sha256, fsync_dir, jsonl_bytes
-from blobkit.errors import ChecksumError, ConfigError, SpendGateError, TrainerError
-from blobkit.kitfiles import Kit
+from trainers.errors import ConfigError, SpendGateError, TrainerError
+from world_format.canonical import atomic_write_json, atomic_writer, file_sha256, fsync_dir, jsonl_bytes
+from world_format.errors import ChecksumError
+from world_format.kit import Kit
 
 from .config import TrainConfig
 from .runpod_api import (
@@ -796,7 +797,7 @@ def _fetch_train_log(store: HttpStore, job: Job) -> str:
 
 def _install_results(archive: Path, out: Path, work: Path) -> None:
     """Unpack the pod's ``out/`` into ``out`` with the hardened extractor (pod plan.json → runpod/pod_plan.json)."""
-    from blobkit.archive import extract_tar_zst, extracted_root_cleanup
+    from world_format.archive import extract_tar_zst, extracted_root_cleanup
 
     root = extract_tar_zst(archive, dest_parent=work)
     try:
@@ -969,7 +970,7 @@ def sweep_from_env(environ: Mapping[str, str], confirm: bool) -> list[dict[str, 
 
 def pack_results(out_dir: Path, archive: Path, record: Path) -> dict[str, Any]:
     """On the pod: archive ``out_dir`` reproducibly and write its sha256 and size to ``record``."""
-    from blobkit.archive import write_tar_zst
+    from world_format.archive import write_tar_zst
 
     digest, size = write_tar_zst(Path(out_dir), Path(archive), "out")
     result = {"name": Path(archive).name, "sha256": digest, "bytes": size}

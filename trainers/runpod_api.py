@@ -41,7 +41,7 @@ from typing import Any
 
 import httpx
 
-from blobkit.errors import TrainerError
+from trainers.errors import TrainerError
 
 API_KEY_ENV = "RUNPOD_API_KEY"
 """Environment variable holding the RunPod API key."""

@@ -34,7 +34,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from blobkit.errors import ConfigError
+from pydantic import BaseModel, ConfigDict, Field
+
+from trainers.errors import ConfigError
 
 TEMPLATE_PATH = Path(__file__).parent / "templates" / "tiny_tools.jinja"
 
@@ -192,20 +194,32 @@ def build_tokenizer(texts: Iterable[str], *, vocab_size: int = 2048) -> Any:
     return tok
 
 
-def build_tiny_model(
-    texts: Iterable[str],
-    out_dir: Path,
-    *,
-    seed: int = 0,
-    hidden_size: int = 128,
-    num_layers: int = 4,
-    num_heads: int = 4,
-    vocab_size: int = 2048,
-    intermediate_size: int | None = None,
-    max_position_embeddings: int = 4096,
-    rope_theta: float = 10000.0,
-    initializer_range: float | None = None,
-) -> Path:
+class TinyModelConfig(BaseModel):
+    """The shape and seed of blobkit's tiny model (what ``blobkit tiny-model`` and the company pipeline build)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    seed: int = 0
+    """Seed for the random weights."""
+    hidden_size: int = Field(64, ge=8)
+    """Width of the model."""
+    num_layers: int = Field(4, ge=1)
+    """Transformer blocks."""
+    num_heads: int = Field(4, ge=1)
+    """Attention heads (and key/value heads)."""
+    vocab_size: int = Field(600, ge=1)
+    """Size of the byte-level BPE before added tokens (small: an email stays copyable characters)."""
+    intermediate_size: int | None = Field(None, ge=1)
+    """Width of the MLP (default: four times the hidden size)."""
+    max_position_embeddings: int = Field(4096, ge=64)
+    """Longest sequence the model accepts."""
+    rope_theta: float = Field(10000.0, gt=0)
+    """RoPE base."""
+    initializer_range: float | None = Field(None, gt=0)
+    """Standard deviation of the initial weights (default: 0.75 / sqrt(hidden_size))."""
+
+
+def build_tiny_model(texts: Iterable[str], out_dir: Path, config: TinyModelConfig | None = None) -> Path:
     """Train a tokenizer on ``texts``, build a seeded random ``Qwen2ForCausalLM`` and save both to ``out_dir``.
 
     Returns ``out_dir``. Weights are drawn from a forked torch RNG, so the caller's global RNG
@@ -219,23 +233,23 @@ def build_tiny_model(
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    if hidden_size % num_heads:
-        raise ConfigError(f"hidden_size {hidden_size} is not divisible by num_heads {num_heads}")
-    if initializer_range is None:
-        initializer_range = round(0.75 * hidden_size**-0.5, 4)
+    c = config or TinyModelConfig()
+    if c.hidden_size % c.num_heads:
+        raise ConfigError(f"hidden_size {c.hidden_size} is not divisible by num_heads {c.num_heads}")
+    initializer_range = c.initializer_range or round(0.75 * c.hidden_size**-0.5, 4)
     out_dir = Path(out_dir)
-    tok = build_tokenizer(texts, vocab_size=vocab_size)
+    tok = build_tokenizer(texts, vocab_size=c.vocab_size)
     n_vocab = len(tok)
     padded_vocab = -(-n_vocab // 64) * 64
     config = Qwen2Config(
         vocab_size=padded_vocab,
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size or 4 * hidden_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=num_heads,
-        max_position_embeddings=max_position_embeddings,
-        rope_parameters={"rope_type": "default", "rope_theta": float(rope_theta)},
+        hidden_size=c.hidden_size,
+        intermediate_size=c.intermediate_size or 4 * c.hidden_size,
+        num_hidden_layers=c.num_layers,
+        num_attention_heads=c.num_heads,
+        num_key_value_heads=c.num_heads,
+        max_position_embeddings=c.max_position_embeddings,
+        rope_parameters={"rope_type": "default", "rope_theta": float(c.rope_theta)},
         initializer_range=initializer_range,
         tie_word_embeddings=True,
         bos_token_id=None,
@@ -245,7 +259,7 @@ def build_tiny_model(
         dtype="float32",
     )
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        torch.manual_seed(c.seed)
         model = Qwen2ForCausalLM(config)
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id

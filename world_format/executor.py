@@ -15,7 +15,7 @@ from typing import Any
 
 import jsonschema
 
-from blobkit.errors import ToolCallError
+from world_format.errors import ToolCallError
 
 from .models import Tool
 from .sqlguard import Guard, named_parameters

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from blobkit.errors import WorldFormatError
+from world_format.errors import WorldFormatError
 
 from .models import Task
 

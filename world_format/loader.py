@@ -4,8 +4,7 @@
 * packaged world directory: ``world.json`` (``state.seed = "seed.sqlite"``), ``seed.sqlite``
   and ``manifest.json`` listing the sha256 and size of every other file.
 
-Both forms of the same world have the same ``sha256``: the hash of the canonical world
-(without rows or seed reference) together with the seed's state hash.
+Both forms of the same world have the same ``sha256`` (see :mod:`world_format.loaded`).
 """
 
 from __future__ import annotations
@@ -13,20 +12,20 @@ from __future__ import annotations
 import json
 import os
 import stat
-from dataclasses import dataclass, field
-from functools import cached_property
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import ValidationError
 
-from blobkit.canonical import canonical_bytes, sha256_hex
-from blobkit.errors import ChecksumError, WorldFormatError, WorldSizeError
+from world_format.errors import WorldFormatError, WorldSizeError
 
+from .loaded import LoadedWorld
+from .manifest import check_bytes, check_listing
 from .models import World
-from .runtime import DigestCache, WorldRuntime, strict_tables
 from .sqlguard import open_memory_copy
-from .state import TableDigest, build_seed, check_seed, state_hash
+from .state import build_seed, check_seed
+from .validate import validate_world
 
 WORLD_FILE = "world.json"
 SEED_FILE = "seed.sqlite"
@@ -44,55 +43,6 @@ class Budget:
 
 
 DEFAULT_BUDGET = Budget()
-
-
-@dataclass(frozen=True)
-class LoadedWorld:
-    """A validated world and its seed database (serialized SQLite bytes)."""
-
-    world: World
-    seed: bytes
-    form: Literal["file", "package"]
-    path: Path
-    digests: DigestCache = field(default_factory=DigestCache, compare=False, repr=False)
-    """The seed's table digests, scanned once and shared by every runtime of this world."""
-
-    @property
-    def seed_digests(self) -> dict[str, TableDigest]:
-        """Digests of the seed's tables (one scan per loaded world, whoever asks first)."""
-        if self.digests.value is None:
-            conn = open_memory_copy(self.seed)
-            try:
-                self.digests.get(conn, self.world.state.tables, strict_tables(conn))
-            finally:
-                conn.close()
-        assert self.digests.value is not None
-        return self.digests.value
-
-    @cached_property
-    def seed_state_hash(self) -> str:
-        """Canonical state hash of the seed."""
-        return state_hash(self.seed_digests)
-
-    @cached_property
-    def sha256(self) -> str:
-        """Identity of the world, equal for both on-disk forms."""
-        return sha256_hex(canonical_bytes({"world": world_document(self.world, None), "state": self.seed_state_hash}))
-
-    def runtime(self, timeout_s: float = 2.0) -> WorldRuntime:
-        """A fresh runtime for isolated episodes (sharing this world's seed digests)."""
-        return WorldRuntime(self.world, self.seed, timeout_s=timeout_s, digests=self.digests)
-
-
-def world_document(world: World, seed: str | None) -> dict[str, Any]:
-    """The world as a JSON document without inline rows, pointing at ``seed`` (or nowhere)."""
-    document = world.model_dump(mode="json", by_alias=True)
-    document["state"].pop("rows", None)
-    if seed is None:
-        document["state"].pop("seed", None)
-    else:
-        document["state"]["seed"] = seed
-    return document
 
 
 # --------------------------------------------------------------------------- reading
@@ -170,8 +120,6 @@ def load_world(path: Path | str, budget: Budget = DEFAULT_BUDGET, *, validate: b
     else:
         loaded = _load_single_file(path, budget)
     if validate:
-        from .validate import validate_world
-
         validate_world(loaded)
     return loaded
 
@@ -202,38 +150,15 @@ def read_manifest(directory: Path, budget: Budget) -> dict[str, dict[str, Any]]:
     return files
 
 
-def verify_listing(directory: Path, files: dict[str, dict[str, Any]], skip: set[str]) -> None:
-    """Every file present is listed and every listed file is present (no links, no subfolders)."""
-    present = set()
-    for entry in os.scandir(directory):
-        if entry.name in skip:
-            continue
-        if entry.is_symlink() or not entry.is_file(follow_symlinks=False):
-            raise ChecksumError(f"{directory}: {entry.name} is not a regular file (links and folders are refused)")
-        present.add(entry.name)
-    unlisted = sorted(present - set(files))
-    if unlisted:
-        raise ChecksumError(f"{directory}: {unlisted[0]} is not listed in {MANIFEST_FILE}")
-    missing = sorted(set(files) - present)
-    if missing:
-        raise ChecksumError(f"{directory}: {missing[0]} is listed in {MANIFEST_FILE} but missing")
-
-
-def check_digest(path: Path, data: bytes, entry: dict[str, Any]) -> None:
-    """Compare bytes with a manifest entry."""
-    if len(data) != entry["bytes"] or sha256_hex(data) != entry["sha256"]:
-        raise ChecksumError(f"{path}: sha256 or size does not match {MANIFEST_FILE}")
-
-
 def _load_package(directory: Path, budget: Budget) -> LoadedWorld:
     files = read_manifest(directory, budget)
-    verify_listing(directory, files, {MANIFEST_FILE})
+    check_listing(directory, files, MANIFEST_FILE, recursive=False)
     if set(files) != {WORLD_FILE, SEED_FILE}:
         raise WorldFormatError(f"{directory}: a packaged world holds exactly {WORLD_FILE} and {SEED_FILE}")
     world_bytes = read_bounded(directory / WORLD_FILE, budget.max_world_json_bytes, "world.json")
-    check_digest(directory / WORLD_FILE, world_bytes, files[WORLD_FILE])
+    check_bytes(directory / WORLD_FILE, world_bytes, files[WORLD_FILE], MANIFEST_FILE)
     seed = read_bounded(directory / SEED_FILE, budget.max_seed_bytes, "seed.sqlite")
-    check_digest(directory / SEED_FILE, seed, files[SEED_FILE])
+    check_bytes(directory / SEED_FILE, seed, files[SEED_FILE], MANIFEST_FILE)
     source = str(directory / WORLD_FILE)
     world = parse_world(parse_json(world_bytes, source), source)
     if world.state.seed is None:

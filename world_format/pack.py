@@ -3,38 +3,34 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
-from blobkit.canonical import atomic_write_bytes, replace_dir, sha256_hex, staging_dir
+from .loaded import LoadedWorld, world_document
+from .loader import MANIFEST_FILE, MANIFEST_FORMAT, SEED_FILE, WORLD_FILE
+from .manifest import FileTable, file_table, write_manifested_dir
 
-from .loader import MANIFEST_FILE, MANIFEST_FORMAT, SEED_FILE, WORLD_FILE, LoadedWorld, world_document
+
+def _world_bytes(loaded: LoadedWorld) -> bytes:
+    document = world_document(loaded.world, SEED_FILE)
+    return (json.dumps(document, sort_keys=True, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def manifest_bytes(table: FileTable) -> bytes:
+    """The package manifest (indented JSON, as packages have always been written)."""
+    manifest: dict[str, Any] = {"format": MANIFEST_FORMAT, "version": 1, "files": table}
+    return (json.dumps(manifest, sort_keys=True, indent=1) + "\n").encode("utf-8")
 
 
 def package_files(loaded: LoadedWorld) -> dict[str, bytes]:
     """The files of the packaged form (world.json, seed.sqlite, manifest.json) as bytes."""
-    world_bytes = (json.dumps(world_document(loaded.world, SEED_FILE), sort_keys=True, indent=1,
-                              ensure_ascii=False) + "\n").encode("utf-8")
-    files = {WORLD_FILE: world_bytes, SEED_FILE: loaded.seed}
-    manifest: dict[str, Any] = {
-        "format": MANIFEST_FORMAT,
-        "version": 1,
-        "files": {name: {"sha256": sha256_hex(data), "bytes": len(data)} for name, data in sorted(files.items())},
-    }
-    files[MANIFEST_FILE] = (json.dumps(manifest, sort_keys=True, indent=1) + "\n").encode("utf-8")
+    files = {WORLD_FILE: _world_bytes(loaded), SEED_FILE: loaded.seed}
+    files[MANIFEST_FILE] = manifest_bytes(file_table(files))
     return files
 
 
 def write_package(loaded: LoadedWorld, out: Path) -> Path:
     """Write the packaged world to ``out`` atomically (the manifest last); return ``out``."""
-    staging = staging_dir(out)
-    try:
-        files = package_files(loaded)
-        for name in (WORLD_FILE, SEED_FILE, MANIFEST_FILE):
-            atomic_write_bytes(staging / name, files[name])
-        replace_dir(staging, out)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
+    write_manifested_dir(out, {WORLD_FILE: _world_bytes(loaded), SEED_FILE: loaded.seed}, MANIFEST_FILE,
+                         manifest_bytes)
     return out

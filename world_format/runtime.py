@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from blobkit.errors import ToolCallError, WorldFormatError
+from world_format.errors import ToolCallError, WorldFormatError
 
 from .executor import CompiledTool, compile_tool, execute_tool
 from .models import Table, World
@@ -103,6 +103,8 @@ class ToolEvent:
     arguments: Any
     observation: Any
     error: bool
+    effect: str | None = None
+    """The tool's declared effect ("read" or "write"), or None for a tool the world does not have."""
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON form."""
@@ -193,9 +195,10 @@ class Episode:
             event = ToolEvent(str(tool), arguments, {"error": f"unknown tool {tool!r}"}, True)
         else:
             try:
-                event = ToolEvent(tool, arguments, execute_tool(self.runtime.guard, compiled, arguments), False)
+                observation = execute_tool(self.runtime.guard, compiled, arguments)
+                event = ToolEvent(tool, arguments, observation, False, compiled.tool.effect)
             except ToolCallError as exc:
-                event = ToolEvent(tool, arguments, {"error": str(exc)}, True)
+                event = ToolEvent(tool, arguments, {"error": str(exc)}, True, compiled.tool.effect)
         self.trace.append(event)
         return event
 

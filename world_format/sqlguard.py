@@ -81,10 +81,6 @@ def named_parameters(sql: str) -> list[str]:
     return seen
 
 
-class QueryTimeout(sqlite3.OperationalError):
-    """Raised (by SQLite, as 'interrupted') when a statement ran past its time budget."""
-
-
 class Guard:
     """Owns a connection's authorizer and time budget.
 

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from blobkit.canonical import canonical_bytes, sha256_hex
-from blobkit.errors import WorldFormatError
+from world_format.canonical import canonical_bytes, sha256_hex
+from world_format.errors import WorldFormatError
 
 from .models import State, Table
 

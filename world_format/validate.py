@@ -9,20 +9,18 @@ arguments that validate, and verifiers only use what exists.
 from __future__ import annotations
 
 import sqlite3
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jsonschema
 
-from blobkit.errors import WorldFormatError
+from world_format.errors import WorldFormatError
 
 from .executor import compile_tool
 from .family import fill, first_family_row, slots
+from .loaded import LoadedWorld
 from .models import ArgRef, Ref, SqlCheck, Task, Tool, ToolCalledCheck, ToolNotCalledCheck, VCode, World
 from .runtime import WorldRuntime
 from .sqlguard import Mode, named_parameters
-
-if TYPE_CHECKING:
-    from .loader import LoadedWorld
 
 SCALAR_TYPES = {"string", "integer", "number", "boolean"}
 

@@ -14,7 +14,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from blobkit.errors import BlobkitError, VCodeError
+from world_format.errors import BlobkitError, VCodeError
 
 from .models import (
     AnswerCheck,

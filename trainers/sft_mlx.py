@@ -26,17 +26,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from blobkit.canonical import atomic_write_json
-from blobkit.errors import ConfigError, TargetUnavailableError, TrainerError
-from blobkit.kitfiles import Kit
+from world_format.canonical import atomic_write_json
+from world_format.kit import Kit
 
+from .budget import Budget, Log, Stop
 from .config import TrainConfig
+from .errors import ConfigError, TargetUnavailableError, TrainerError
+from .evaluation import EvalSummary
+from .fit import FitResult
+from .grounding import with_grounding_repeats
+from .lora import mlx_lora_parameters
 from .mlx_adapter import ADAPTER_CONFIG, MLX_WEIGHTS, block_module, mlx_to_peft
+from .report import sft_report
 
-Log = Callable[[str], None]
-Stop = Callable[[], str | None]
-LORA_SCALE = 2.0
-"""mlx ``scale`` = PEFT ``lora_alpha / r``; local-torch trains with ``lora_alpha = 2 r``."""
 MAX_GRAD_NORM = 1.0
 """Gradient clipping, as transformers' Trainer does by default."""
 PAD_MULTIPLE = 32
@@ -81,15 +83,6 @@ def import_mlx() -> tuple[Any, Any, Any]:
         raise TargetUnavailableError(f"mlx cannot compute on {mx.default_device()} ({exc}); train with "
                                      "--target local-torch") from None
     return mx, nn, optim
-
-
-def check_config(config: TrainConfig) -> None:
-    """Refuse options local-mlx does not implement, with the target that does."""
-    if config.full:
-        raise ConfigError("local-mlx trains LoRA adapters only; drop --full, or train all weights with "
-                          "--target local-torch --full")
-    if config.packing:
-        raise ConfigError("local-mlx does not pack rows; drop --packing, or use --target local-torch --packing")
 
 
 def mlx_config_overrides(config: dict[str, Any]) -> dict[str, Any]:
@@ -229,7 +222,7 @@ def lora_mlx_model(model_dir: Path, seed: int, lora_rank: int) -> Any:
     model = load_mlx_model(model_dir)
     model.freeze()
     mx.random.seed(seed)
-    linear_to_lora_layers(model, len(model.layers), {"rank": lora_rank, "scale": LORA_SCALE, "dropout": 0.0})
+    linear_to_lora_layers(model, len(model.layers), mlx_lora_parameters(lora_rank))
     return model
 
 
@@ -247,17 +240,34 @@ def save_mlx_adapter(model: Any, out_dir: Path, lora_rank: int) -> Path:
     out_dir.mkdir(parents=True)
     mx.save_safetensors(str(out_dir / MLX_WEIGHTS), weights, metadata={"format": "mlx"})
     atomic_write_json(out_dir / ADAPTER_CONFIG, {"fine_tune_type": "lora", "num_layers": -1, "lora_parameters": {
-        "rank": lora_rank, "scale": LORA_SCALE, "dropout": 0.0, "keys": keys}})
+        **mlx_lora_parameters(lora_rank), "keys": keys}})
     return out_dir
 
 
-def train_lora_mlx(model_dir: Path, rows: list[dict[str, Any]], adapter_dir: Path, *, epochs: float,
-                   learning_rate: float, batch_size: int, seed: int, lora_rank: int, max_length: int,
+def learning_rate_schedule(config: TrainConfig, steps: int) -> Any:
+    """The learning rate per step as transformers' Trainer computes it for ``config``: linear warm-up from 0
+    over ``warmup_ratio`` of the steps, then linear or cosine decay to 0, or constant."""
+    _, _, optim = import_mlx()
+    warmup = math.ceil(config.warmup_ratio * steps)
+    rest = max(1, steps - warmup)
+    if config.lr_scheduler == "linear":
+        decay = optim.linear_schedule(config.learning_rate, 0.0, rest)
+    elif config.lr_scheduler == "cosine":
+        decay = optim.cosine_decay(config.learning_rate, rest)
+    else:
+        decay = lambda step: config.learning_rate  # noqa: E731 - mlx schedules are callables of the step
+    if not warmup:
+        return decay
+    return optim.join_schedules([optim.linear_schedule(0.0, config.learning_rate, warmup), decay], [warmup])
+
+
+def train_lora_mlx(model_dir: Path, rows: list[dict[str, Any]], adapter_dir: Path, config: TrainConfig, *,
                    log_every: int = 10, stop: Stop | None = None, log: Log | None = None) -> MLXResult:
     """LoRA-train the base in ``model_dir`` on ``rows`` with mlx and save the mlx adapter to ``adapter_dir``.
 
-    AdamW with a linear decay to 0 and no weight decay, gradients clipped at 1.0 (local-torch's
-    defaults). ``stop`` is polled after every optimizer step; a reason ends training at that
+    The recipe is ``config``'s (epochs, learning rate, schedule and warm-up, weight decay, batch size,
+    seed, rank, max length), as local-torch reads it; gradients are clipped at 1.0 as transformers'
+    Trainer does. ``stop`` is polled after every optimizer step; a reason ends training at that
     boundary, the adapter trained so far is saved and the reason is ``MLXResult.stopped_by``.
     The loss history holds the mean loss of step 1 and of every ``log_every`` steps.
     """
@@ -265,10 +275,10 @@ def train_lora_mlx(model_dir: Path, rows: list[dict[str, Any]], adapter_dir: Pat
     if not rows:
         raise ConfigError("local-mlx needs at least one training row")
     tokenizer = training_tokenizer(model_dir)
-    encoded = encode_rows(tokenizer, rows, max_length)
-    model = lora_mlx_model(model_dir, seed, lora_rank)
-    steps = planned_steps(len(rows), batch_size, epochs)
-    optimizer = optim.AdamW(learning_rate=optim.linear_schedule(learning_rate, 0.0, steps), weight_decay=0.0)
+    encoded = encode_rows(tokenizer, rows, config.max_length)
+    model = lora_mlx_model(model_dir, config.seed, config.lora_rank)
+    steps = planned_steps(len(rows), config.batch_size, config.epochs)
+    optimizer = optim.AdamW(learning_rate=learning_rate_schedule(config, steps), weight_decay=config.weight_decay)
     step_fn = _step_function(model, optimizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     history: list[tuple[int, float]] = []
@@ -276,7 +286,7 @@ def train_lora_mlx(model_dir: Path, rows: list[dict[str, Any]], adapter_dir: Pat
     stopped_by, done = None, 0
     model.train()
     started = time.perf_counter()
-    for done, indices in enumerate(batch_order(len(rows), batch_size, steps, seed), start=1):
+    for done, indices in enumerate(batch_order(len(rows), config.batch_size, steps, config.seed), start=1):
         ids, masks = pad_batch([encoded[i] for i in indices], pad_id)
         loss, _ = step_fn(mx.array(ids), mx.array(masks, dtype=mx.float32))
         mx.eval(model.state, optimizer.state, loss)
@@ -290,7 +300,7 @@ def train_lora_mlx(model_dir: Path, rows: list[dict[str, Any]], adapter_dir: Pat
         if stopped_by:
             break
     seconds = time.perf_counter() - started
-    save_mlx_adapter(model, adapter_dir, lora_rank)
+    save_mlx_adapter(model, adapter_dir, config.lora_rank)
     return MLXResult(loss_history=history, optimizer_steps=done, train_seconds=seconds, adapter_dir=adapter_dir,
                      stopped_by=stopped_by)
 
@@ -313,34 +323,37 @@ def write_peft_checkpoint(result: MLXResult, checkpoint: Path, model_dir: Path, 
     return checkpoint
 
 
-def train_local_mlx(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: dict[str, Any],
-                    log: Log, stop: Stop | None = None) -> dict[str, Any]:
-    """Evaluate the base, LoRA-train with mlx, export as PEFT, reload it and evaluate; write eval.json.
+class MLXSFTTrainer:
+    """LoRA SFT with mlx for the run skeleton; the adapter is converted to PEFT and evaluated with torch.
 
-    Writes the same files as local-torch (``eval.json``, ``eval_cases_sft.json``, ``training.png``,
-    ``checkpoint/``, ``export/`` with its manifest) plus the native adapter in ``mlx-adapter/``
-    (usable with ``mlx_lm.generate --adapter-path``). ``stop`` is polled at every optimizer step.
+    Writes the same files as local-torch plus the native adapter in ``OUT/mlx-adapter/`` (usable
+    with ``mlx_lm.generate --adapter-path``).
     """
-    from .export import export_model, load_export
-    from .pipeline import _evaluate, finish_sft
 
-    import_mlx()
-    check_config(config)
-    loaded = kit.world()
-    cases = kit.jsonl("eval_cases.jsonl")[: config.eval_limit]
-    base = plan_record["base"]
-    model_dir = local_model_dir(base)
-    base_model, base_tokenizer = _torch_base(model_dir)
-    base_eval, _ = _evaluate(base_model, base_tokenizer, loaded, cases, config, log, "base")
-    del base_model
-    log(f"training (mlx LoRA rank {config.lora_rank}) on {len(rows)} rows")
-    result = train_lora_mlx(model_dir, rows, config.out / "mlx-adapter", epochs=config.epochs,
-                            learning_rate=config.learning_rate, batch_size=config.batch_size, seed=config.seed,
-                            lora_rank=config.lora_rank, max_length=config.max_length, stop=stop, log=log)
-    config_json = json.loads(config.model_dump_json())
-    checkpoint = write_peft_checkpoint(result, config.out / "checkpoint", model_dir, base, config_json)
-    export = export_model(checkpoint, config.out / "export", kind="lora", config=config_json, base=base,
-                          kit_sha256=kit.sha256)
-    model, tokenizer, _ = load_export(export)
-    sft_eval, sft_results = _evaluate(model, tokenizer, loaded, cases, config, log, "sft")
-    return finish_sft(config, kit, base_eval, sft_eval, sft_results, result)
+    start_label, end_label = "base", "sft"
+
+    def __init__(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]],
+                 plan_record: dict[str, Any]) -> None:
+        import_mlx()
+        self.config, self.kit, self.base = config, kit, plan_record["base"]
+        self.rows = with_grounding_repeats(rows, config.grounding_repeats, config.answer_quote_repeats)
+        self.model_dir = local_model_dir(self.base)
+
+    def start_policy(self) -> tuple[Any, Any]:
+        """The torch base (evaluated by the same harness as every target)."""
+        return _torch_base(self.model_dir)
+
+    def fit(self, budget: Budget, log: Log) -> FitResult:
+        """mlx LoRA training, then the adapter converted to a PEFT checkpoint."""
+        config = self.config
+        log(f"training (mlx LoRA rank {config.lora_rank}) on {len(self.rows)} rows")
+        result = train_lora_mlx(self.model_dir, self.rows, config.out / "mlx-adapter", config, stop=budget.step_stop,
+                                log=log)
+        checkpoint = write_peft_checkpoint(result, config.out / "checkpoint", self.model_dir, self.base,
+                                           config.as_json())
+        return FitResult(checkpoint, "lora", self.base, result.optimizer_steps, result.train_seconds,
+                         result.loss_history, result.stopped_by)
+
+    def report(self, start: EvalSummary, end: EvalSummary, fit: FitResult) -> dict[str, Any]:
+        """Base and SFT on the same held-out cases (the same record as local-torch's)."""
+        return sft_report(start, end, fit, self.kit.sha256)

@@ -5,7 +5,6 @@ The library (:mod:`blobkit.company`, :mod:`blobkit.jobs`) raises; these commands
 
 from __future__ import annotations
 
-import json
 import sys
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -13,14 +12,12 @@ from typing import Any
 
 import typer
 
+from .output import echo_json
+
 company_app = typer.Typer(no_args_is_help=True, help="Inspect a company's export and train on it as a durable job.")
 jobs_app = typer.Typer(no_args_is_help=True, help="List, show, cancel and resume company jobs.")
 
 STORE_HELP = "Job store directory (SQLite job state plus the jobs' artifacts)."
-
-
-def _echo_json(value: Any) -> None:
-    typer.echo(json.dumps(value, indent=1, sort_keys=True, ensure_ascii=False))
 
 
 def _stderr(line: str) -> None:
@@ -65,7 +62,7 @@ def _run_and_report(store: Any, job_id: str, as_json: bool) -> None:
     with redirect_stdout(sys.stderr):
         job = run_job(store, job_id, _stderr)
     if as_json:
-        _echo_json(job)
+        echo_json(job)
     else:
         typer.echo("\n".join(_job_lines(job)))
     if job["status"] != "succeeded":
@@ -88,7 +85,7 @@ def inspect(source: Path = typer.Option(..., "--source", help="The export: world
 
     report = inspect_source(source, CompanyConfig(seed=seed, eval_cases=eval_cases))
     if as_json:
-        _echo_json(report)
+        echo_json(report)
     else:
         typer.echo(f"{source}: {report['verdict']}")
         if report["valid"]:
@@ -156,7 +153,7 @@ def train(source: Path = typer.Option(..., "--source", help="The export: world.j
         if not run:
             job = store.get(job_id)
             if as_json:
-                _echo_json(job)
+                echo_json(job)
             else:
                 typer.echo(f"queued {job_id}; run it with: blobkit jobs resume {job_id} --job-store {job_store}")
             return
@@ -178,7 +175,7 @@ def list_jobs(job_store: Path = typer.Option(..., "--job-store", help=STORE_HELP
     with JobStore(job_store, create=False) as store:
         jobs = store.list_jobs()
     if as_json:
-        _echo_json(jobs)
+        echo_json(jobs)
         return
     for job in jobs:
         typer.echo(f"{job['id']}  {job['status']:<9}  last stage {job['last_completed_stage'] or '-':<8}  "
@@ -198,7 +195,7 @@ def show(job_id: str = typer.Argument(..., help="Job id (see jobs list)."),
     with JobStore(job_store, create=False) as store:
         job = store.get(job_id)
     if as_json:
-        _echo_json(job)
+        echo_json(job)
     else:
         typer.echo("\n".join(_job_lines(job)))
 

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from blobkit.canonical import canonical_json, sha256_hex
-from blobkit.errors import ReplayError
+from world_format.canonical import canonical_json, sha256_hex
+from world_format.errors import ReplayError
 from world_format.models import ArgRef, Step, Task
 from world_format.runtime import Episode, ToolEvent
 from world_format.vcode import json_pointer

@@ -1,0 +1,5 @@
+"""``python -m blobkit.cli``: the command line."""
+
+from blobkit.cli.app import main
+
+main()

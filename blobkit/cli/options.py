@@ -1,0 +1,86 @@
+"""Command-line options generated from the configuration models, so a default can never drift.
+
+A command declares which model it is configured by (``TrainConfig``, ``BuildConfig``…); every
+field becomes an option whose help is the field's docstring and whose shown default is the
+model's own. Options default to None on the command line, so a command can tell a flag that was
+given from one that was not, and layer them: the model's defaults, then a preset or a
+``--config`` file, then the flags given.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import typer
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+FLAG_NAMES: dict[str, tuple[str, ...]] = {"kit": ("--world", "--kit"), "learning_rate": ("--lr", "--learning-rate"),
+                                          "train_cases_per_task": ("--train-cases",),
+                                          "eval_cases_per_task": ("--eval-cases",), "num_layers": ("--layers",),
+                                          "num_heads": ("--heads",)}
+"""Fields whose flags are not simply ``--field-name`` (the seed product spells these ``--world`` and ``--lr``)."""
+
+
+def _help(info: FieldInfo) -> str:
+    return " ".join((info.description or "").split())
+
+
+def _optional(annotation: Any) -> Any:
+    """``T | None`` for a field's annotation (every generated option may be left out)."""
+    args = typing.get_args(annotation)
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        inner = [arg for arg in args if arg is not type(None)]
+        annotation = inner[0] if len(inner) == 1 else annotation
+    return typing.Optional[annotation]  # noqa: UP045 - typer needs a runtime Optional, not a PEP 604 union here
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, Path):
+        return str(value)
+    return "none" if value is None else str(value)
+
+
+def _flags(name: str, annotation: Any) -> tuple[str, ...]:
+    flags = FLAG_NAMES.get(name, ("--" + name.replace("_", "-"),))
+    if annotation is bool:
+        return (f"{flags[0]}/--no-{flags[0][2:]}", *flags[1:])
+    return flags
+
+
+def model_options(model: type[BaseModel], *, only: Iterable[str] | None = None,
+                  skip: Iterable[str] = (), defaults: Mapping[str, Any] | None = None) -> list[inspect.Parameter]:
+    """One keyword option per field of ``model`` (``only`` those, less ``skip``), each defaulting to None.
+
+    ``defaults`` replaces the default shown in the help (a command that applies a preset shows its values).
+    """
+    hints = typing.get_type_hints(model)
+    chosen = list(only) if only is not None else list(model.model_fields)
+    shown = {**{name: info.default for name, info in model.model_fields.items()}, **(defaults or {})}
+    parameters = []
+    for name in chosen:
+        if name in set(skip):
+            continue
+        info, annotation = model.model_fields[name], hints[name]
+        option = typer.Option(None, *_flags(name, annotation), help=_help(info), show_default=_shown(shown[name]))
+        parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
+                                            annotation=_optional(annotation)))
+    return parameters
+
+
+def given(values: Mapping[str, Any], model: type[BaseModel]) -> dict[str, Any]:
+    """The options of ``model`` that were given on the command line (those not left at None)."""
+    return {name: value for name, value in values.items() if name in model.model_fields and value is not None}
+
+
+def with_parameters(function: Callable[..., Any], parameters: list[inspect.Parameter]) -> Callable[..., Any]:
+    """``function`` with ``parameters`` (generated options plus its own) as the signature typer reads."""
+    own = [p for p in inspect.signature(function).parameters.values() if p.kind != inspect.Parameter.VAR_KEYWORD]
+    names = {p.name for p in own}
+    function.__signature__ = inspect.Signature([*own, *(p for p in parameters if p.name not in names)])  # type: ignore[attr-defined]
+    return function

@@ -1,0 +1,83 @@
+"""How commands print: one JSON document on stdout, or lines for people; progress on stderr only."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TextIO
+
+import typer
+
+ProgressFn = Callable[[str, int, int], None]
+STAGE_LABELS = {"load": "load world", "mint": "mint tasks", "gate": "gate tasks", "split": "split cases",
+                "replay": "replay cases", "write": "write kit", "probes": "re-run probes"}
+
+
+def echo_json(value: Any) -> None:
+    """Print ``value`` as indented JSON with sorted keys (one document on stdout)."""
+    typer.echo(json.dumps(value, indent=1, sort_keys=True, ensure_ascii=False))
+
+
+def to_stderr(line: str) -> None:
+    """Print a progress line on stderr (stdout stays for the result)."""
+    typer.echo(line, err=True)
+
+
+def show_progress(as_json: bool) -> bool:
+    """Progress goes to stderr only on a terminal, and never while --json output is piped."""
+    if not sys.stderr.isatty():
+        return False
+    return not (as_json and not sys.stdout.isatty())
+
+
+def _silent(stage: str, done: int, total: int) -> None:
+    return None
+
+
+@contextmanager
+def _plain_counter(stream: TextIO) -> Iterator[ProgressFn]:
+    """A one-line ``stage done/total`` counter, rewritten in place and cleared at the end."""
+
+    def update(stage: str, done: int, total: int) -> None:
+        stream.write(f"\r\x1b[K{STAGE_LABELS.get(stage, stage)} {done}/{total}")
+        stream.flush()
+
+    try:
+        yield update
+    finally:
+        stream.write("\r\x1b[K")
+        stream.flush()
+
+
+@contextmanager
+def _rich_bar() -> Iterator[ProgressFn]:
+    """One rich progress bar per stage on stderr, removed when the command ends."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description:<13}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        tasks: dict[str, Any] = {}
+
+        def update(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(STAGE_LABELS.get(stage, stage), total=max(total, 1))
+            bar.update(tasks[stage], completed=done, total=max(total, 1))
+
+        yield update
+
+
+@contextmanager
+def progress(enabled: bool) -> Iterator[ProgressFn]:
+    """The library's progress callback rendered on stderr: rich if installed, else a plain counter."""
+    if not enabled:
+        yield _silent
+    elif importlib.util.find_spec("rich") is None:
+        with _plain_counter(sys.stderr) as update:
+            yield update
+    else:
+        with _rich_bar() as update:
+            yield update

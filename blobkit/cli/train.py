@@ -1,0 +1,181 @@
+"""Training commands: ``models``, ``tiny-model``, ``train``, ``replay``.
+
+``train``'s options are generated from :class:`trainers.config.TrainConfig` (and ``tiny-model``'s
+from :class:`trainers.tiny_model.TinyModelConfig`), so the defaults ``--help`` shows are the code's.
+A run's settings are layered: the config's defaults, then ``--preset``, then ``--config FILE``
+(a JSON TrainConfig, as plan.json records it), then the flags given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from pydantic import ValidationError
+
+from blobkit.errors import ConfigError, TargetUnavailableError
+from trainers.config import PRESETS, TrainConfig
+from trainers.tiny_model import TinyModelConfig
+
+from .options import given, model_options, with_parameters
+from .output import echo_json, to_stderr
+
+
+def models(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List the accepted base models with approximate VRAM for LoRA SFT/GRPO (bf16, 4k context).
+
+    Example: blobkit models --json
+    """
+    from trainers.catalog import catalog_json
+
+    entries = catalog_json()
+    if as_json:
+        echo_json(entries)
+        return
+    for entry in entries:
+        typer.echo(f"{entry['id']:<36} {entry['params_b']:>5}B  SFT ~{entry['vram_sft_gb']} GB  "
+                   f"GRPO ~{entry['vram_grpo_gb']} GB")
+
+
+def tiny_model(kit: Path = typer.Option(..., "--kit", help="Kit whose text trains the tokenizer."),
+               out: Path = typer.Option(..., "--out", help="Directory for the model."), **options: Any) -> None:
+    """Build a tiny Qwen2-architecture model with random weights for offline tests and the demo.
+
+    Example: blobkit tiny-model --kit out/demo/kit/timberline-retail-train-kit --out out/demo/tiny
+    """
+    from trainers.tiny_model import build_tiny_model, row_texts
+    from world_format.kit import open_kit
+
+    with open_kit(kit) as opened:
+        texts = row_texts(opened.rows())
+    build_tiny_model(texts, out, TinyModelConfig(**given(options, TinyModelConfig)))
+    typer.echo(f"tiny model written to {out}")
+
+
+def resolve_config(preset: str | None, config_file: Path | None, flags: dict[str, Any]) -> TrainConfig:
+    """The run's TrainConfig: defaults, then the preset, then the config file, then the flags given."""
+    values: dict[str, Any] = {}
+    if preset is not None:
+        if preset not in PRESETS:
+            raise ConfigError(f"unknown --preset {preset!r}; presets: {', '.join(sorted(PRESETS))}")
+        values.update(PRESETS[preset])
+    if config_file is not None:
+        try:
+            document = json.loads(config_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{config_file}: cannot read the config: {exc}") from None
+        if not isinstance(document, dict):
+            raise ConfigError(f"{config_file}: a config file is one JSON object of TrainConfig fields")
+        values.update(document)
+    values.update(given(flags, TrainConfig))
+    try:
+        return TrainConfig.model_validate(values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise ConfigError(f"training config: {where}: {first['msg']}") from None
+
+
+def _rows(config: TrainConfig, kit: Any) -> tuple[list[dict[str, Any]], Path]:
+    if config.data is None:
+        return kit.rows(), kit.path("sft.jsonl")
+    from world_format.errors import KitError
+    from world_format.kit import read_jsonl
+
+    try:
+        return read_jsonl(config.data), config.data
+    except KitError as exc:
+        raise ConfigError(f"cannot read SFT rows: {exc}") from None
+
+
+def _summary_line(result: dict[str, Any], out: Path) -> str:
+    rates = " -> ".join(f"{name} {result[name]['pass_rate']:.3f}" for name in ("base", "sft", "rl") if name in result)
+    cases = next(result[name]["cases"] for name in ("rl", "sft", "base") if name in result)
+    stopped = f"; stopped by {result['stopped_by']}" if result.get("stopped_by") else ""
+    return (f"{rates} on {cases} held-out cases; {result['optimizer_updates']} optimizer updates{stopped}; "
+            f"export in {out / 'export'}")
+
+
+def train(config_file: Path | None = typer.Option(None, "--config", help="A JSON file of TrainConfig fields (what "
+                                                                          "plan.json records under config)."),
+          preset: str | None = typer.Option(None, "--preset", help=f"Start from a named recipe: "
+                                                                   f"{', '.join(sorted(PRESETS))}."),
+          as_json: bool = typer.Option(False, "--json", help="Print the plan or the result as JSON."),
+          **options: Any) -> None:
+    """Train a model on a kit (SFT or GRPO; local-torch, local-mlx or runpod), evaluate on held-out cases, export.
+
+    Example: blobkit train --world KIT --base out/tiny --method sft --target local-torch --preset tiny --out out/run
+    """
+    from trainers.plan import plan
+    from trainers.run import run_training
+    from world_format.kit import open_kit
+
+    config = resolve_config(preset, config_file, options)
+    if config.kit is None:
+        raise ConfigError("--world KIT is required: the kit directory or archive to train on")
+    refusal = config.unsupported()
+    if refusal and not config.dry_run:
+        raise TargetUnavailableError(refusal)
+    if config.target == "runpod" and not config.dry_run:
+        import os
+
+        from trainers.runpod import gate_spend
+
+        gate_spend(config, os.environ)  # a refusal writes nothing, not even plan.json
+    with open_kit(config.kit) as opened:
+        rows, data_path = _rows(config, opened)
+        record = plan(config, opened, rows, data_path)
+        if config.dry_run:
+            result: dict[str, Any] = record
+        else:
+            # TRL and transformers print progress dicts on stdout; keep stdout for the result alone
+            with contextlib.redirect_stdout(sys.stderr):
+                result = run_training(config, opened, rows, record, to_stderr)
+    if as_json:
+        echo_json(result)
+    elif config.dry_run:
+        typer.echo(f"plan written to {config.out / 'plan.json'}: {record['rows']} rows, "
+                   f"{record['estimated_optimizer_steps']} optimizer steps"
+                   + (f"; cannot run as configured: {refusal}" if refusal else ""))
+    else:
+        typer.echo(_summary_line(result, config.out))
+
+
+def replay(model: Path = typer.Option(..., "--model", help="An export directory."),
+           kit: Path = typer.Option(..., "--kit", help="Kit directory or archive."),
+           case: str | None = typer.Option(None, "--case", help="Held-out case id (default: the first)."),
+           max_turns: int | None = typer.Option(None, "--max-turns", help="Turn cap (default: the export's own)."),
+           as_json: bool = typer.Option(False, "--json", help="Print the episode as JSON.")) -> None:
+    """Load an exported model fresh and replay one held-out workflow; exit 1 when its verifier fails it.
+
+    Example: blobkit replay --model out/run/export --kit KIT --json
+    """
+    from trainers.replay import replay_case, replay_record
+    from world_format.kit import open_kit
+
+    with open_kit(kit) as opened:
+        result, manifest = replay_case(model, opened, case, max_turns=max_turns)
+        prompt = next(c for c in opened.cases("eval") if c.case_id == result.case_id).task.instruction
+    if as_json:
+        echo_json(replay_record(result, manifest))
+    else:
+        typer.echo(f"case {result.case_id} ({result.template}): {prompt}")
+        for event in result.trace:
+            typer.echo(f"  call {event.tool}({json.dumps(event.arguments)}) -> {json.dumps(event.observation)}")
+        typer.echo(f"  answer: {result.answer}")
+        typer.echo(f"  verdict: {result.verdict.outcome} {result.verdict.reason}")
+    if not result.passed:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the training commands to the CLI."""
+    app.command()(models)
+    app.command(name="tiny-model")(with_parameters(tiny_model, model_options(
+        TinyModelConfig, only=("seed", "hidden_size", "num_layers", "num_heads", "vocab_size"))))
+    app.command()(with_parameters(train, model_options(TrainConfig)))
+    app.command()(replay)

@@ -1,0 +1,162 @@
+"""Episodes and evaluation: the model calls tools, the world executes them, VCode judges.
+
+One episode (:func:`run_episode`) runs a case on an isolated copy of the seed: the model writes
+an assistant turn; its tool calls are parsed, validated against the declared schemas and executed,
+and each observation comes back as a ``tool`` message answering its call id; a turn without a
+tool call is the final answer; the turn cap ends the episode otherwise. The case's verifier then
+judges the trace, the final state and the answer. Held-out evaluation, GRPO rollouts (a rollout is
+an episode sampled from the policy) and ``blobkit replay`` all run this same function.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from world_format.conversation import Conversation
+from world_format.kit import KitCase
+from world_format.models import Task, World
+from world_format.runtime import ToolEvent, WorldRuntime
+from world_format.vcode import Verdict, evaluate
+
+from .chat_format import parse_assistant_output
+from .generation import generate_turn
+
+Generate = Callable[[list[dict[str, Any]], list[dict[str, Any]]], str]
+"""A policy: (messages, tools) → the text of the next assistant turn."""
+CaseKind = Literal["read", "write", "refusal"]
+
+
+def case_kind(task: Task, world: World) -> CaseKind:
+    """What a case asks of the agent, read from its reference chain (never from template names).
+
+    ``refusal``: a step is expected to fail (the agent must decline); ``write``: a step changes the
+    state through a write tool; ``read``: neither.
+    """
+    if any(step.expect_error for step in task.reference):
+        return "refusal"
+    tools = {tool.name: tool for tool in world.tools}
+    writes = any(step.tool in tools and tools[step.tool].effect == "write" for step in task.reference)
+    return "write" if writes else "read"
+
+
+@dataclass(frozen=True)
+class EpisodeResult:
+    """One episode: what the model did and what the verifier said."""
+
+    case_id: str
+    template: str
+    kind: CaseKind
+    verdict: Verdict
+    answer: str | None
+    """The final answer, or None when the turn cap ended the episode first."""
+    turns: int
+    """Model calls made (generated assistant turns)."""
+    parse_failures: int
+    """Malformed tool-call blocks the model wrote."""
+    trace: tuple[ToolEvent, ...]
+    messages: tuple[dict[str, Any], ...]
+    """The whole conversation, in the kit's row format."""
+
+    @property
+    def passed(self) -> bool:
+        """Whether the verifier passed the episode (an error is never a pass)."""
+        return self.verdict.passed
+
+    @property
+    def wrote(self) -> bool:
+        """Whether a call changed the state successfully (a declined write never does)."""
+        return any(not event.error and event.effect == "write" for event in self.trace)
+
+    def to_json(self) -> dict[str, Any]:
+        """The per-case record of eval_cases_*.json (and of ``blobkit replay --json``)."""
+        return {"case_id": self.case_id, "template": self.template, "verdict": self.verdict.to_json(),
+                "passed": self.passed, "answer": self.answer, "turns": self.turns,
+                "parse_failures": self.parse_failures, "trace": [event.to_json() for event in self.trace]}
+
+
+def run_episode(generate: Generate, runtime: WorldRuntime, case: KitCase, max_turns: int) -> EpisodeResult:
+    """Run one case on an isolated copy of the seed; return the trace and the verdict."""
+    if case.prompt is None:
+        raise ValueError(f"case {case.case_id} has no prompt (only held-out and RL cases carry one)")
+    conversation = Conversation.resume(case.prompt.messages)
+    tools = case.prompt.tools
+    parse_failures, answer, turns = 0, None, 0
+    with runtime.episode() as episode:
+        for turn in range(1, max_turns + 1):
+            turns = turn
+            parsed = parse_assistant_output(generate(conversation.messages, tools))
+            if parsed.parse_errors:
+                parse_failures += len(parsed.parse_errors)
+                conversation.unparsed(parsed.content, parsed.parse_errors)
+                continue
+            if not parsed.tool_calls:
+                answer = parsed.content
+                conversation.answer(answer)
+                break
+            calls = [(call["name"], call["arguments"]) for call in parsed.tool_calls]
+            for ident, (name, arguments) in zip(conversation.tool_calls(calls, parsed.content), calls, strict=True):
+                conversation.observation(ident, name, episode.call(name, arguments).observation)
+        verdict = evaluate(case.task.vcode, episode, answer, case.task.answer)
+        trace = tuple(episode.trace)
+    return EpisodeResult(case.case_id, case.template, case_kind(case.task, runtime.world), verdict, answer, turns,
+                         parse_failures, trace, tuple(conversation.messages))
+
+
+def model_generator(model: Any, tokenizer: Any, max_new_tokens: int) -> Generate:
+    """A greedy policy over a loaded model."""
+    def generate(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+        return generate_turn(model, tokenizer, messages, tools, max_new_tokens=max_new_tokens)
+    return generate
+
+
+@dataclass(frozen=True)
+class EvalSummary:
+    """Pass rate and what went wrong, over a set of episodes."""
+
+    results: tuple[EpisodeResult, ...]
+
+    @property
+    def pass_rate(self) -> float:
+        """Share of episodes the verifier passed (0.0 for none), rounded to 4 places."""
+        return round(sum(r.passed for r in self.results) / len(self.results), 4) if self.results else 0.0
+
+    @property
+    def model_calls(self) -> int:
+        """Generated assistant turns over all episodes."""
+        return sum(r.turns for r in self.results)
+
+    def to_json(self) -> dict[str, Any]:
+        """The summary as eval.json records it.
+
+        ``refusal.false_acceptance``: refusal cases that failed; ``refusal.false_rejection``: write
+        cases that failed without any successful write (the agent declined or never wrote).
+        """
+        by_template: dict[str, list[bool]] = defaultdict(list)
+        for result in self.results:
+            by_template[result.template].append(result.passed)
+        failed = Counter(r.kind for r in self.results if not r.passed)
+        declined = sum(1 for r in self.results if r.kind == "write" and not r.passed and not r.wrote)
+        return {
+            "pass_rate": self.pass_rate,
+            "cases": len(self.results),
+            "passed": sum(r.passed for r in self.results),
+            "per_template": {t: round(sum(v) / len(v), 4) for t, v in sorted(by_template.items())},
+            "tool_call_parse_failures": sum(r.parse_failures for r in self.results),
+            "refusal": {"false_acceptance": failed.get("refusal", 0), "false_rejection": declined},
+            "verifier_errors": sum(1 for r in self.results if r.verdict.outcome == "error"),
+            "model_calls": self.model_calls,
+        }
+
+
+def evaluate_cases(generate: Generate, runtime: WorldRuntime, cases: Sequence[KitCase], max_turns: int,
+                   progress: Callable[[int, int], None] | None = None) -> EvalSummary:
+    """Run every case; return the summary (which holds the per-case results)."""
+    results = []
+    for index, case in enumerate(cases):
+        if progress:
+            progress(index, len(cases))
+        results.append(run_episode(generate, runtime, case, max_turns))
+    return EvalSummary(tuple(results))

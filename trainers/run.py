@@ -1,0 +1,96 @@
+"""The one run skeleton every local method and target plugs into.
+
+    evaluate the start policy → fit → export → (merge) → reload the export → evaluate → report
+
+A :class:`Trainer` supplies the start policy (the base for SFT, the warm-start adapter for GRPO),
+its ``fit`` (torch SFT, mlx SFT, GRPO) and its report; the skeleton owns everything around them:
+the held-out cases, the :class:`~trainers.budget.Budget` (``--max-minutes``, ``--max-model-calls``,
+cancellation) that every fit polls at its step boundaries, the export with its manifest, the
+reload from disk and the evaluation of exactly what was exported, and the files every run writes
+(``eval.json``, ``eval_cases_<label>.json``, ``training.png``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from world_format.canonical import atomic_write_json
+from world_format.kit import Kit, KitCase
+from world_format.loaded import LoadedWorld
+
+from .budget import Budget, Log, Stop
+from .config import TrainConfig
+from .errors import TargetUnavailableError
+from .evaluation import EvalSummary, evaluate_cases, model_generator
+from .export import export_model, load_export, merge_export
+from .fit import Trainer
+from .report import plot_training
+
+
+def evaluate_policy(model: Any, tokenizer: Any, loaded: LoadedWorld, cases: list[KitCase], config: TrainConfig,
+                    log: Log, label: str) -> EvalSummary:
+    """Greedy episodes of every case on isolated copies of the seed; log and return the summary."""
+    runtime = loaded.runtime()
+    try:
+        started = time.monotonic()
+        summary = evaluate_cases(model_generator(model, tokenizer, config.max_new_tokens), runtime, cases,
+                                 config.max_turns)
+    finally:
+        runtime.close()
+    log(f"{label}: pass rate {summary.pass_rate:.3f} on {len(cases)} held-out cases "
+        f"({time.monotonic() - started:.0f}s)")
+    return summary
+
+
+def _trainer(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: dict[str, Any]) -> Trainer:
+    if config.method == "grpo":
+        from .grpo import GRPOTrainer
+
+        return GRPOTrainer(config, kit, rows, plan_record)
+    if config.target == "local-mlx":
+        from .sft_mlx import MLXSFTTrainer
+
+        return MLXSFTTrainer(config, kit, rows, plan_record)
+    from .sft_torch import TorchSFTTrainer
+
+    return TorchSFTTrainer(config, kit, rows, plan_record)
+
+
+def run_training(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: dict[str, Any],
+                 log: Log, stop: Stop | None = None) -> dict[str, Any]:
+    """Run a validated, planned run on its target; every target returns (and writes) the eval.json record.
+
+    ``stop`` is polled at every step boundary together with the config's budgets; training then
+    ends at that boundary, the partial model is still exported and evaluated, and ``stopped_by``
+    says why.
+    """
+    refusal = config.unsupported()
+    if refusal:
+        raise TargetUnavailableError(refusal)
+    if config.target == "runpod":
+        from .runpod import train_runpod
+
+        return train_runpod(config, kit, rows, plan_record, log, stop)
+    trainer = _trainer(config, kit, rows, plan_record)
+    loaded, cases = kit.world(), kit.cases("eval")[: config.eval_limit]
+    model, tokenizer = trainer.start_policy()
+    start = evaluate_policy(model, tokenizer, loaded, cases, config, log, trainer.start_label)
+    del model
+    fit = trainer.fit(Budget(config.max_model_calls, config.max_minutes, stop), log)
+    export = export_model(fit.checkpoint, config.out / "export", kind=fit.kind, config=config.as_json(),
+                          base=fit.base, kit_sha256=kit.sha256)
+    if config.merge:
+        merge_export(export, config.out / "export-merged")
+    reloaded, tokenizer, _ = load_export(export)
+    end = evaluate_policy(reloaded, tokenizer, loaded, cases, config, log, trainer.end_label)
+    report = trainer.report(start, end, fit)
+    atomic_write_json(config.out / "eval.json", report)
+    atomic_write_json(config.out / f"eval_cases_{trainer.end_label}.json", [r.to_json() for r in end.results])
+    evals: dict[str, Any] = {name: report[name] for name in ("base", "sft", "rl") if name in report}
+    if trainer.end_label == "rl":
+        plot_training(config.out / "training.png", fit.history, evals, title="GRPO reward per step",
+                      ylabel="mean reward")
+    else:
+        plot_training(config.out / "training.png", fit.history, evals)
+    return report

@@ -1,0 +1,142 @@
+"""Writing byte-reproducible ``.tar.zst`` archives (see :mod:`world_format.archive`)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import BinaryIO
+
+import zstandard
+
+from world_format.canonical import atomic_writer, file_sha256
+from world_format.errors import ArchiveError
+
+from .rules import DEFAULT_BUDGET, O_BINARY, O_CLOEXEC, O_NOFOLLOW, ArchiveBudget, Rejected, check_name, one_line
+
+ZSTD_LEVEL = 10
+"""The fixed zstd level of :func:`write_tar_zst` (changing it changes every archive's bytes)."""
+
+
+def _scan_source(source_dir: Path) -> list[tuple[str, bool, int]]:
+    """Every entry under ``source_dir`` as (relative POSIX path, is_dir, size), sorted by path."""
+    found: list[tuple[str, bool, int]] = []
+    pending: list[tuple[Path, str]] = [(source_dir, "")]
+    while pending:
+        folder, prefix = pending.pop()
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                rel = prefix + entry.name
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISLNK(st.st_mode):
+                    raise ArchiveError(f"refusing to archive {rel!r} in {source_dir}: it is a symlink")
+                if stat.S_ISDIR(st.st_mode):
+                    found.append((rel, True, 0))
+                    pending.append((Path(entry.path), rel + "/"))
+                elif stat.S_ISREG(st.st_mode):
+                    found.append((rel, False, st.st_size))
+                else:
+                    raise ArchiveError(f"refusing to archive {rel!r} in {source_dir}: not a regular file or directory")
+    found.sort(key=lambda item: item[0])
+    return found
+
+
+def _member_info(name: str, is_dir: bool, size: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.DIRTYPE if is_dir else tarfile.REGTYPE
+    info.size = 0 if is_dir else size
+    info.mode = 0o755 if is_dir else 0o644
+    info.mtime = 0
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.linkname = ""
+    info.devmajor = info.devminor = 0
+    info.pax_headers = {}
+    return info
+
+
+def _write_tar(source_dir: Path, root_name: str, entries: list[tuple[str, bool, int]], out: BinaryIO) -> None:
+    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, encoding="utf-8", errors="strict") as tar:
+        tar.addfile(_member_info(root_name, True, 0))
+        for rel, is_dir, size in entries:
+            name = f"{root_name}/{rel}"
+            if is_dir:
+                tar.addfile(_member_info(name, True, 0))
+                continue
+            fd = os.open(source_dir / rel, os.O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_BINARY)
+            with os.fdopen(fd, "rb") as handle:
+                st = os.fstat(handle.fileno())
+                if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+                    raise ArchiveError(f"{rel!r} in {source_dir} changed while it was being archived")
+                tar.addfile(_member_info(name, False, size), handle)
+                if os.fstat(handle.fileno()).st_size != size:
+                    raise ArchiveError(f"{rel!r} in {source_dir} changed while it was being archived")
+
+
+def write_tar_zst(
+    source_dir: Path,
+    archive_path: Path,
+    root_name: str,
+    *,
+    budget: ArchiveBudget = DEFAULT_BUDGET,
+) -> tuple[str, int]:
+    """Write every file and directory under ``source_dir`` to a reproducible ``archive_path``.
+
+    Members live under ``root_name/``. Symlinks and special files are refused, as is anything
+    ``budget`` would make :func:`extract_tar_zst` refuse, so that what is written can be read
+    back. The archive is replaced atomically. Returns ``(sha256 hex, size in bytes)`` of it.
+    """
+    source_dir = Path(source_dir)
+    archive_path = Path(archive_path)
+    if not isinstance(root_name, str) or "/" in root_name:
+        raise ArchiveError(f"archive root name must be a single path component, got {root_name!r}")
+    try:
+        check_name(root_name, budget)
+    except Rejected as exc:
+        raise ArchiveError(f"invalid archive root name {root_name!r}: {exc}") from None
+    try:
+        st = os.lstat(source_dir)
+        if not stat.S_ISDIR(st.st_mode):
+            raise ArchiveError(f"cannot archive {source_dir}: not a directory (symlinks are refused)")
+        archive_parent = archive_path.parent.resolve()
+        source_real = source_dir.resolve()
+        if archive_parent == source_real or source_real in archive_parent.parents:
+            raise ArchiveError(f"archive {archive_path} must not be written inside its source {source_dir}")
+        entries = _scan_source(source_dir)
+    except OSError as exc:
+        raise ArchiveError(f"cannot read {source_dir}: {one_line(str(exc))}") from exc
+
+    if len(entries) + 1 > budget.max_members:
+        raise ArchiveError(f"{source_dir} has {len(entries) + 1} members, over the {budget.max_members} limit")
+    total = 0
+    for rel, _is_dir, size in entries:
+        try:
+            check_name(f"{root_name}/{rel}", budget)
+        except Rejected as exc:
+            raise ArchiveError(f"cannot archive {source_dir}: {exc}") from None
+        if size > budget.max_member_bytes:
+            raise ArchiveError(
+                f"cannot archive {source_dir}: {rel!r} is {size} bytes, over the "
+                f"{budget.max_member_bytes}-byte member limit"
+            )
+        total += size
+    if total > budget.max_total_bytes:
+        raise ArchiveError(
+            f"cannot archive {source_dir}: {total} bytes of files, over the {budget.max_total_bytes}-byte limit"
+        )
+
+    compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True, write_checksum=True, threads=0)
+    try:
+        archive_path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=archive_path.parent) as raw:
+            _write_tar(source_dir, root_name, entries, raw)
+            tar_size = raw.tell()
+            raw.seek(0)
+            with atomic_writer(archive_path) as out:
+                compressor.copy_stream(raw, out, size=tar_size)
+        digest, size = file_sha256(archive_path), archive_path.stat().st_size
+    except OSError as exc:
+        raise ArchiveError(f"cannot write archive {archive_path}: {one_line(str(exc))}") from exc
+    return digest, size

@@ -1,0 +1,68 @@
+"""A loaded world: the validated model, its seed database and the identity both on-disk forms share.
+
+Both forms of the same world have the same ``sha256``: the hash of the canonical world
+(without rows or seed reference) together with the seed's state hash.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+from world_format.canonical import canonical_bytes, sha256_hex
+
+from .models import World
+from .runtime import DigestCache, WorldRuntime, strict_tables
+from .sqlguard import open_memory_copy
+from .state import TableDigest, state_hash
+
+
+@dataclass(frozen=True)
+class LoadedWorld:
+    """A validated world and its seed database (serialized SQLite bytes)."""
+
+    world: World
+    seed: bytes
+    form: Literal["file", "package"]
+    path: Path
+    digests: DigestCache = field(default_factory=DigestCache, compare=False, repr=False)
+    """The seed's table digests, scanned once and shared by every runtime of this world."""
+
+    @property
+    def seed_digests(self) -> dict[str, TableDigest]:
+        """Digests of the seed's tables (one scan per loaded world, whoever asks first)."""
+        if self.digests.value is None:
+            conn = open_memory_copy(self.seed)
+            try:
+                self.digests.get(conn, self.world.state.tables, strict_tables(conn))
+            finally:
+                conn.close()
+        assert self.digests.value is not None
+        return self.digests.value
+
+    @cached_property
+    def seed_state_hash(self) -> str:
+        """Canonical state hash of the seed."""
+        return state_hash(self.seed_digests)
+
+    @cached_property
+    def sha256(self) -> str:
+        """Identity of the world, equal for both on-disk forms."""
+        return sha256_hex(canonical_bytes({"world": world_document(self.world, None), "state": self.seed_state_hash}))
+
+    def runtime(self, timeout_s: float = 2.0) -> WorldRuntime:
+        """A fresh runtime for isolated episodes (sharing this world's seed digests)."""
+        return WorldRuntime(self.world, self.seed, timeout_s=timeout_s, digests=self.digests)
+
+
+def world_document(world: World, seed: str | None) -> dict[str, Any]:
+    """The world as a JSON document without inline rows, pointing at ``seed`` (or nowhere)."""
+    document = world.model_dump(mode="json", by_alias=True)
+    document["state"].pop("rows", None)
+    if seed is None:
+        document["state"].pop("seed", None)
+    else:
+        document["state"]["seed"] = seed
+    return document
