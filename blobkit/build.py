@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -368,41 +369,63 @@ def _kit_meta(loaded: LoadedWorld, config: BuildConfig, done: _Executed, record:
     }
 
 
-def build_kit(world_path: Path, out_dir: Path, config: BuildConfig = BuildConfig(),
-              progress: Progress = _noop) -> dict[str, Any]:
-    """Build a kit; return the build record. Nothing is written unless every stage succeeds.
+@dataclass(frozen=True)
+class BuiltKit:
+    """A kit executed in memory: every file but kit.json, kit.json less its file table, and the build record.
+
+    :func:`execute_build` makes one without writing anything (``company inspect`` stops there);
+    :func:`write_kit` writes it (the folder, then its reproducible archive).
+    """
+
+    world_id: str
+    files: dict[str, bytes]
+    meta: dict[str, Any]
+    record: dict[str, Any]
+
+    def rejected(self) -> list[dict[str, Any]]:
+        """The rejected candidates' task records (as rejected.jsonl holds them)."""
+        return [json.loads(line) for line in self.files["rejected.jsonl"].splitlines() if line.strip()]
+
+
+def execute_build(world_path: Path, config: BuildConfig = BuildConfig(), progress: Progress = _noop) -> BuiltKit:
+    """Load, mint, gate, split and replay; return the kit's content without writing anything.
 
     ``progress(stage, done, total)`` is called as the build goes through its stages:
-    ``load``, ``mint`` (per task family), ``gate`` (per task), ``split`` (per case),
-    ``replay`` (per training case) and ``write`` (per file, then the archive).
+    ``load``, ``mint`` (per task family), ``gate`` (per task), ``split`` (per case) and
+    ``replay`` (per training case).
     """
     loaded, runtime = _load(Path(world_path), progress)
     try:
         done = _execute(loaded, runtime, config, progress)
     finally:
         runtime.close()
-    progress("write", 0, 1)
     record = _record(done)
-    files = _kit_files(loaded, done)
-    kit = _kit_meta(loaded, config, done, record)
-    return _write(out_dir, loaded.world.identity.id, files, kit, record, progress)
+    return BuiltKit(loaded.world.identity.id, _kit_files(loaded, done), _kit_meta(loaded, config, done, record), record)
 
 
-def _write(out_dir: Path, world_id: str, files: dict[str, bytes], kit: dict[str, Any],
-           record: dict[str, Any], progress: Progress = _noop) -> dict[str, Any]:
+def build_kit(world_path: Path, out_dir: Path, config: BuildConfig = BuildConfig(),
+              progress: Progress = _noop) -> dict[str, Any]:
+    """Build a kit into ``out_dir``; return the build record. Nothing is written unless every stage succeeds.
+
+    The stages of :func:`execute_build`, then ``write`` (the folder, then the archive).
+    """
+    return write_kit(execute_build(world_path, config, progress), out_dir, progress)
+
+
+def write_kit(built: BuiltKit, out_dir: Path, progress: Progress = _noop) -> dict[str, Any]:
     """Write the kit folder (kit.json last) and its archive, made from the finished folder, atomically."""
-    name = f"{world_id}-train-kit"
+    name = f"{built.world_id}-train-kit"
     final, archive = Path(out_dir) / name, Path(out_dir) / f"{name}.tar.zst"
     written: dict[str, Any] = {}
 
     def render(table: FileTable) -> bytes:
-        return canonical_bytes({**kit, "files": table}) + b"\n"
+        return canonical_bytes({**built.meta, "files": table}) + b"\n"
 
     def archive_it(staging: Path) -> None:
         progress("write", 1, 2)
         written["sha256"], written["bytes"] = write_tar_zst(staging, archive, name)
 
     progress("write", 0, 2)
-    write_manifested_dir(final, files, KIT_FILE, render, before_publish=archive_it)
+    write_manifested_dir(final, built.files, KIT_FILE, render, before_publish=archive_it)
     progress("write", 2, 2)
-    return {**record, "kit": {"path": str(final), "archive": str(archive), **written}}
+    return {**built.record, "kit": {"path": str(final), "archive": str(archive), **written}}
