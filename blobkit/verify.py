@@ -12,7 +12,7 @@ from world_format.models import Task
 from world_format.vcode import evaluate
 
 from .build import replay_row
-from .gate import gate_task
+from .build.gate import gate_task
 
 
 def _task(record: dict[str, Any] | None) -> Task | None:

@@ -11,8 +11,8 @@ from conftest import write_world
 from worlds import small_world
 
 from blobkit.build import BuildConfig, build_kit
+from blobkit.build.family import seeded_order
 from blobkit.errors import WorldFormatError
-from blobkit.family_cases import seeded_order
 from blobkit.verify import verify_kit
 from world_format.family import fill
 from world_format.kit import open_kit

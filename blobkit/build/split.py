@@ -7,21 +7,22 @@ what each side touched from the cases themselves rather than trusting the assign
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from blobkit.errors import KitError
 from world_format.canonical import canonical_json, content_id
+from world_format.models import Task
+from world_format.runtime import WorldRuntime
+from world_format.vcode import evaluate
 
+from .config import Progress, no_progress
 from .mint import Instance
 
-
-def side_of(seed: int, table: str, key: Any, eval_percent: int) -> str:
-    """"eval" or "train" for an anchor row, from a seeded hash (stable across machines)."""
-    digest = hashlib.sha256(f"{seed}:{table}:{canonical_json(key)}".encode()).digest()
-    return "eval" if int.from_bytes(digest[:8], "big") % 100 < eval_percent else "train"
+if TYPE_CHECKING:
+    from .candidates import TaskEntry
 
 
 @dataclass(frozen=True)
@@ -69,3 +70,26 @@ def leakage_report(train: list[Case], held_out: list[Case]) -> dict[str, Any]:
             (c.instance.task.instruction for c in train), (c.instance.task.instruction for c in held_out)),
         "similarity_measure": "Jaccard similarity of lowercase word sets (ids differ by construction)",
     }
+
+
+def _null_fails(runtime: WorldRuntime, task: Task) -> bool:
+    with runtime.episode() as episode:
+        return evaluate(task.vcode, episode, None, task.answer).outcome == "fail"
+
+
+def split_cases(runtime: WorldRuntime, entries: list[TaskEntry],
+                progress: Progress = no_progress) -> tuple[list[Case], list[Case]]:
+    """The admitted tasks' cases on their sides (decided when each case was made); cases a do-nothing trace
+    would pass are left out. KitError when either side ends up empty."""
+    train: list[Case] = []
+    held_out: list[Case] = []
+    instances = [instance for entry in entries for instance in entry.instances]
+    for index, instance in enumerate(instances):
+        progress("split", index, len(instances))
+        if _null_fails(runtime, instance.task):
+            (held_out if instance.side == "eval" else train).append(Case.make(instance, instance.side))
+    progress("split", len(instances), len(instances))
+    if not train or not held_out:
+        raise KitError("the world has only one independent family of cases: cannot hold out evaluation cases "
+                       f"(train {len(train)}, eval {len(held_out)}); add anchor rows or tasks on more rows")
+    return train, held_out

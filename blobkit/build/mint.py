@@ -19,6 +19,8 @@ from world_format.models import Anchor, ArgRef, Step, Task, Tool, VCode, World
 from world_format.runtime import RowChange, WorldRuntime
 from world_format.state import quote_identifier
 
+from .sides import Side, side_of
+
 TEMPLATES = ("lookup_field", "find_then_read", "write_ok", "write_refused", "aggregate_count", "aggregate_total")
 
 WORDINGS: dict[str, tuple[str, ...]] = {
@@ -75,6 +77,8 @@ class Instance:
     spec_id: str
     key: Any
     task: Task
+    side: Side
+    """train or eval: decided from the anchor row when the case is made (:func:`~blobkit.build.sides.side_of`)."""
     anchors_touched: tuple[tuple[str, Any], ...] = field(default=())
 
 
@@ -225,12 +229,18 @@ Roles = tuple[tuple[str, str], ...]
 class Minter:
     """Instantiates specs on anchor rows, executing each chain to ground the task."""
 
-    def __init__(self, world: World, runtime: WorldRuntime, seed: int) -> None:
+    def __init__(self, world: World, runtime: WorldRuntime, seed: int, eval_percent: int) -> None:
         self.world = world
         self.runtime = runtime
         self.seed = seed
+        self.eval_percent = eval_percent
         self._missing_errors: dict[str, set[str]] = {}
         self._keys: dict[str, tuple[Any, ...]] = {}
+
+    def instance(self, spec: TaskSpec, key: Any, task: Task) -> Instance:
+        """The spec's task on anchor row ``key``, on that row's side of the split."""
+        return Instance(spec.task_id, key, task, side_of(self.seed, spec.anchor, key, self.eval_percent),
+                        ((spec.anchor, key),))
 
     def wording(self, spec: TaskSpec, key: Any, variant: int, **values: Any) -> str:
         """One wording variant of the template, filled in."""
@@ -305,7 +315,7 @@ def _lookup_field(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance
     checks = [_check("tool_called", tool=tool, arguments={param: key}), _answer_check(value),
               _check("unchanged_except")]
     instruction = m.wording(spec, key, variant, field=_words(column))
-    return Instance(spec.task_id, key, _task(spec, key, instruction, steps, answer, checks), ((spec.anchor, key),))
+    return m.instance(spec, key, _task(spec, key, instruction, steps, answer, checks))
 
 
 def _find_then_read(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | None:
@@ -332,7 +342,7 @@ def _find_then_read(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instan
               _check("tool_called", tool=lister, arguments={spec.param("list"): key}),
               _answer_check(count), _check("unchanged_except")]
     instruction = m.wording(spec, key, variant, noun=noun, nk=_words(natural), nv=natural_value)
-    return Instance(spec.task_id, key, _task(spec, key, instruction, steps, answer, checks), ((spec.anchor, key),))
+    return m.instance(spec, key, _task(spec, key, instruction, steps, answer, checks))
 
 
 def _write(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | None:
@@ -366,7 +376,7 @@ def _write(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | None
         answer = f"Done: I did {action} {anchor.label} {key} as requested."
         state_checks, unchanged = _state_checks(m.world, changes)
         checks = base + [_check("tool_called", tool=writer, arguments=key_args)] + state_checks + [unchanged]
-    return Instance(spec.task_id, key, _task(spec, key, instruction, steps, answer, checks), ((spec.anchor, key),))
+    return m.instance(spec, key, _task(spec, key, instruction, steps, answer, checks))
 
 
 def _aggregate(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | None:
@@ -393,7 +403,7 @@ def _aggregate(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | 
         instruction = m.wording(spec, key, variant, noun=noun, field=_words(column))
     checks = [_check("tool_called", tool=lister, arguments={param: key}), _answer_check(value),
               _check("unchanged_except")]
-    return Instance(spec.task_id, key, _task(spec, key, instruction, steps, answer, checks), ((spec.anchor, key),))
+    return m.instance(spec, key, _task(spec, key, instruction, steps, answer, checks))
 
 
 def _numeric_column(rows: list[dict[str, Any]]) -> str | None:

@@ -22,8 +22,8 @@ from world_format.models import Task
 from world_format.runtime import WorldRuntime
 from world_format.vcode import evaluate
 
-from .cases import side_of
 from .mint import Instance
+from .sides import side_of
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,7 @@ def family_instances(runtime: WorldRuntime, task: Task, task_id: str, *, seed: i
         if not reference_passes(runtime, filled):
             left_out["reference_fails"] += 1
             continue
-        found.append(Instance(task_id, filled.anchor.key, filled, ((filled.anchor.table, filled.anchor.key),)))
+        found.append(Instance(task_id, filled.anchor.key, filled, side,
+                              ((filled.anchor.table, filled.anchor.key),)))
         counts[side] += 1
     return found, FamilyReport(total, scanned, left_out)

@@ -1,0 +1,123 @@
+"""The kit builder's driver: load → candidates → gate → split → replay → write.
+
+Every stage runs on one runtime of the world (each probe and replay an isolated episode: a
+savepoint rolled back when it ends); nothing is written until every stage has succeeded, and
+then the kit folder and its reproducible archive are written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from blobkit.errors import KitError
+from world_format.archive import write_tar_zst
+from world_format.canonical import canonical_bytes
+from world_format.kit import KIT_FILE
+from world_format.loaded import LoadedWorld
+from world_format.loader import load_world
+from world_format.manifest import FileTable, write_manifested_dir
+from world_format.runtime import WorldRuntime
+from world_format.validate import validate_world
+
+from .candidates import candidates, gate_candidates
+from .config import BuildConfig, Progress, no_progress
+from .kit_files import Executed, build_record, kit_files, kit_meta
+from .mint import Minter
+from .rows import replay_rows
+from .split import split_cases
+
+
+def _load(world_path: Path, progress: Progress) -> tuple[LoadedWorld, WorldRuntime]:
+    """Load and validate the world on the runtime the build then uses, and digest its seed once.
+
+    Here the build reads the whole database (checksum, integrity check, the seed digest);
+    after it, probes and replays are episodes (savepoints) that read and hash changed rows only.
+    """
+    progress("load", 0, 1)
+    loaded = load_world(world_path, validate=False)
+    runtime = loaded.runtime()
+    try:
+        validate_world(loaded, runtime)
+        runtime.seed_digests  # noqa: B018 - the one full scan of the seed, done here rather than in the first probe
+    except BaseException:
+        runtime.close()
+        raise
+    progress("load", 1, 1)
+    return loaded, runtime
+
+
+def _execute(loaded: LoadedWorld, runtime: WorldRuntime, config: BuildConfig, progress: Progress) -> Executed:
+    """Mint, gate, split and replay: every step an episode of ``runtime``, never a copy of the seed."""
+    minter = Minter(loaded.world, runtime, config.seed, config.eval_percent)
+    entries = candidates(loaded, minter, config, progress)
+    gate_candidates(runtime, minter, entries, progress)
+    admitted = [entry for entry in entries if not entry.reasons]
+    if not admitted:
+        raise KitError(f"{loaded.path}: no task passed the discrimination gate; see the reasons with --json")
+    train, held_out = split_cases(runtime, admitted, progress)
+    return Executed(entries, train, held_out, replay_rows(runtime, train, progress))
+
+
+@dataclass(frozen=True)
+class BuiltKit:
+    """A kit executed in memory: every file but kit.json, kit.json less its file table, and the build record.
+
+    :func:`execute_build` makes one without writing anything (``company inspect`` stops there);
+    :func:`write_kit` writes it (the folder, then its reproducible archive).
+    """
+
+    world_id: str
+    files: dict[str, bytes]
+    meta: dict[str, Any]
+    record: dict[str, Any]
+
+    def rejected(self) -> list[dict[str, Any]]:
+        """The rejected candidates' task records (as rejected.jsonl holds them)."""
+        return [json.loads(line) for line in self.files["rejected.jsonl"].splitlines() if line.strip()]
+
+
+def execute_build(world_path: Path, config: BuildConfig = BuildConfig(), progress: Progress = no_progress) -> BuiltKit:
+    """Load, mint, gate, split and replay; return the kit's content without writing anything.
+
+    ``progress(stage, done, total)`` is called as the build goes through its stages:
+    ``load``, ``mint`` (per task family), ``gate`` (per task), ``split`` (per case) and
+    ``replay`` (per training case).
+    """
+    loaded, runtime = _load(Path(world_path), progress)
+    try:
+        done = _execute(loaded, runtime, config, progress)
+    finally:
+        runtime.close()
+    record = build_record(done)
+    return BuiltKit(loaded.world.identity.id, kit_files(loaded, done), kit_meta(loaded, config, done, record), record)
+
+
+def build_kit(world_path: Path, out_dir: Path, config: BuildConfig = BuildConfig(),
+              progress: Progress = no_progress) -> dict[str, Any]:
+    """Build a kit into ``out_dir``; return the build record. Nothing is written unless every stage succeeds.
+
+    The stages of :func:`execute_build`, then ``write`` (the folder, then the archive).
+    """
+    return write_kit(execute_build(world_path, config, progress), out_dir, progress)
+
+
+def write_kit(built: BuiltKit, out_dir: Path, progress: Progress = no_progress) -> dict[str, Any]:
+    """Write the kit folder (kit.json last) and its archive, made from the finished folder, atomically."""
+    name = f"{built.world_id}-train-kit"
+    final, archive = Path(out_dir) / name, Path(out_dir) / f"{name}.tar.zst"
+    written: dict[str, Any] = {}
+
+    def render(table: FileTable) -> bytes:
+        return canonical_bytes({**built.meta, "files": table}) + b"\n"
+
+    def archive_it(staging: Path) -> None:
+        progress("write", 1, 2)
+        written["sha256"], written["bytes"] = write_tar_zst(staging, archive, name)
+
+    progress("write", 0, 2)
+    write_manifested_dir(final, built.files, KIT_FILE, render, before_publish=archive_it)
+    progress("write", 2, 2)
+    return {**built.record, "kit": {"path": str(final), "archive": str(archive), **written}}

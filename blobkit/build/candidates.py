@@ -1,0 +1,138 @@
+"""Candidate tasks: authored tasks (single cases or families) and minted templates, each with its cases.
+
+Every case's side of the split (train or held-out) is decided here, once, when the case is made: by
+a seeded hash of its anchor row (:func:`blobkit.build.split.side_of`). Later stages read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from world_format.canonical import content_id
+from world_format.loaded import LoadedWorld
+from world_format.models import Task
+from world_format.runtime import WorldRuntime
+from world_format.state import quote_identifier
+
+from .config import BuildConfig, Progress
+from .family import FamilyReport, family_instances
+from .gate import gate_task
+from .mint import Instance, Minter, TaskSpec, select_specs
+from .sides import side_of
+
+
+@dataclass
+class TaskEntry:
+    """A candidate task (minted family or authored task) and what the gate said."""
+
+    task_id: str
+    source: str
+    template: str
+    spec: dict[str, Any] | None
+    instances: list[Instance]
+    matrix: dict[str, Any] | None = None
+    reasons: tuple[str, ...] = ()
+    distractor: Task | None = None
+    family: FamilyReport | None = None
+
+
+def _minted_instances(minter: Minter, spec: TaskSpec, config: BuildConfig) -> list[Instance]:
+    wanted = {"train": config.train_cases_per_task, "eval": config.eval_cases_per_task}
+    found: list[Instance] = []
+    counts = {"train": 0, "eval": 0}
+    for scanned, key in enumerate(minter.keys(spec.anchor)):
+        if scanned >= config.scan_limit or all(counts[s] >= wanted[s] for s in counts):
+            break
+        side = side_of(config.seed, spec.anchor, key, config.eval_percent)
+        if counts[side] >= wanted[side] and len(found) >= 2:
+            continue
+        instance = minter.instantiate(spec, key)
+        if instance is not None:
+            found.append(instance)
+            counts[side] += 1
+    return found
+
+
+def _identifying_values(runtime: WorldRuntime, table: str, key: Any) -> dict[str, Any]:
+    """Primary key and natural-key values of an anchor row (what a user would name it by)."""
+    anchor, declared = runtime.world.state.anchor(table), runtime.world.state.table(table)
+    assert anchor is not None and declared is not None
+    columns = [declared.primary_key, *anchor.natural_keys]
+    select = ", ".join(quote_identifier(c) for c in columns)
+    with runtime.guard.host() as conn:
+        row = conn.execute(f"SELECT {select} FROM {quote_identifier(table)} "
+                           f"WHERE {quote_identifier(declared.primary_key)} = ?", (key,)).fetchone()
+    return dict(zip(columns, row, strict=True)) if row else {}
+
+
+def _authored_distractor(runtime: WorldRuntime, task: Task, minter: Minter) -> Task | None:
+    """The task moved to another anchor row: its key and natural keys swapped in arguments and answer."""
+    if task.distractors:
+        other = task.distractors[0].key
+    else:
+        other = next((k for k in minter.keys(task.anchor.table) if k != task.anchor.key), None)
+        if other is None:
+            return None
+    mine = _identifying_values(runtime, task.anchor.table, task.anchor.key)
+    theirs = _identifying_values(runtime, task.anchor.table, other)
+    mapping = [(mine[c], theirs[c]) for c in mine if c in theirs and mine[c] != theirs[c]]
+
+    def swap(value: Any) -> Any:
+        for old, new in mapping:
+            if value == old and type(value) is type(old):
+                return new
+        return value
+
+    steps = tuple(step.model_copy(update={"arguments": {n: swap(v) for n, v in step.arguments.items()}})
+                  for step in task.reference)
+    answer = task.answer
+    for old, new in mapping:
+        answer = answer.replace(str(old), str(new)) if answer else answer
+    return task.model_copy(update={"reference": steps, "answer": answer, "anchor": task.anchor.model_copy(
+        update={"key": other})})
+
+
+def _authored(runtime: WorldRuntime, task: Task, config: BuildConfig) -> TaskEntry:
+    """An authored task as a candidate: its one case, or its family's verified cases."""
+    task_id = content_id(task.model_dump(mode="json", by_alias=True), "t-")
+    if task.family is None:
+        side = side_of(config.seed, task.anchor.table, task.anchor.key, config.eval_percent)
+        instance = Instance(task_id, task.anchor.key, task, side, ((task.anchor.table, task.anchor.key),))
+        return TaskEntry(task_id, "authored", task.template, None, [instance])
+    wanted = {"train": config.train_cases_per_task, "eval": config.eval_cases_per_task}
+    instances, report = family_instances(runtime, task, task_id, seed=config.seed, wanted=wanted,
+                                         eval_percent=config.eval_percent, scan_limit=config.scan_limit)
+    return TaskEntry(task_id, "authored", task.template, None, instances, family=report)
+
+
+def candidates(loaded: LoadedWorld, minter: Minter, config: BuildConfig, progress: Progress) -> list[TaskEntry]:
+    world = loaded.world
+    entries = [_authored(minter.runtime, task, config) for task in world.tasks]
+    specs = select_specs(world, max(0, config.max_tasks - len(world.tasks)), config.seed)
+    for index, spec in enumerate(specs):
+        progress("mint", index, len(specs))
+        entries.append(TaskEntry(spec.task_id, "minted", spec.template, spec.to_json(),
+                                 _minted_instances(minter, spec, config)))
+    progress("mint", len(specs), len(specs))
+    return entries
+
+
+def gate_candidates(runtime: WorldRuntime, minter: Minter, entries: list[TaskEntry], progress: Progress) -> None:
+    for index, entry in enumerate(entries):
+        progress("gate", index, len(entries))
+        if not entry.instances:
+            entry.reasons = (("family: no row of the query gives a case whose reference chain passes",)
+                             if entry.family else ("mint: no anchor row fits this template",))
+            continue
+        prototype = entry.instances[0].task
+        if len(entry.instances) > 1:  # a minted template or an authored family: another of its cases
+            distractor: Task | None = entry.instances[1].task
+        elif entry.source == "authored":
+            distractor = _authored_distractor(runtime, prototype, minter)
+        else:
+            distractor = None
+        entry.distractor = distractor
+        entry.matrix = gate_task(runtime, prototype, distractor)
+        entry.reasons = tuple(entry.matrix["rejected_because"])
+    progress("gate", len(entries), len(entries))

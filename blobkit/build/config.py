@@ -1,0 +1,33 @@
+"""What decides a kit's content: the build configuration, and how a build reports progress."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Progress = Callable[[str, int, int], None]
+"""Called as ``progress(stage, done, total)`` while a build goes through its stages."""
+
+
+class BuildConfig(BaseModel):
+    """Everything that decides a kit's content (recorded in kit.json as ``build_config``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    seed: int = 42
+    """Seed for minting, wording and the split."""
+    max_tasks: int = Field(12, ge=1, le=12)
+    """Most tasks in the kit (authored tasks first, then minted ones)."""
+    train_cases_per_task: int = Field(48, ge=1)
+    """Training cases per task."""
+    eval_cases_per_task: int = Field(6, ge=1)
+    """Held-out cases per task."""
+    eval_percent: int = Field(20, ge=0, le=100)
+    """Share of anchor rows (percent) assigned to the held-out side."""
+    scan_limit: int = Field(4000, ge=1)
+    """Most anchor rows (or family rows) looked at per task."""
+
+
+def no_progress(stage: str, done: int, total: int) -> None:
+    return None
