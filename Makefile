@@ -21,6 +21,7 @@ venv: $(VENV)/.installed
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 test: lint
 	$(BIN)/pytest -m "not slow"

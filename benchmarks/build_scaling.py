@@ -51,7 +51,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from blobkit.build import BuildConfig, build_kit  # noqa: E402
+from blobkit.builder import BuildConfig, build_kit  # noqa: E402
 from world_format.chain import resolve_arguments, run_chain  # noqa: E402
 from world_format.executor import compile_tool, execute_tool  # noqa: E402
 from world_format.family import fill, first_family_row  # noqa: E402

@@ -48,7 +48,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from blobkit.build import BuildConfig, build_kit
+from blobkit.builder import BuildConfig, build_kit
 from blobkit.errors import BlobkitError, KitError, NotTrainableError, SourceError
 from blobkit.jobs import JobError, JobStore, worker_id
 from world_format.canonical import canonical_json, file_sha256, fsync_dir, replace_dir, sha256_hex, staging_dir

@@ -11,8 +11,8 @@ from world_format.kit import Kit
 from world_format.models import Task
 from world_format.vcode import evaluate
 
-from .build import replay_row
-from .build.gate import gate_task
+from .builder import replay_row
+from .builder.gate import gate_task
 
 
 def _task(record: dict[str, Any] | None) -> Task | None:

@@ -12,7 +12,7 @@ from types import ModuleType
 import pytest
 from conftest import ROOT
 
-from blobkit.build import BuildConfig, build_kit
+from blobkit.builder import BuildConfig, build_kit
 from world_format.kit import open_kit
 from world_format.loader import load_world
 

@@ -15,7 +15,7 @@ import pytest
 import zstandard
 from conftest import EXAMPLES
 
-from blobkit.build import BuildConfig, build_kit
+from blobkit.builder import BuildConfig, build_kit
 from blobkit.describe import describe
 from blobkit.errors import ArchiveError, BlobkitError, ChecksumError, KitError
 from blobkit.verify import verify_kit

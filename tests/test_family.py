@@ -10,8 +10,8 @@ import pytest
 from conftest import write_world
 from worlds import small_world
 
-from blobkit.build import BuildConfig, build_kit
-from blobkit.build.family import seeded_order
+from blobkit.builder import BuildConfig, build_kit
+from blobkit.builder.family import seeded_order
 from blobkit.errors import WorldFormatError
 from blobkit.verify import verify_kit
 from world_format.family import fill

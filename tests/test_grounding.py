@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from blobkit.build import BuildConfig, build_kit
+from blobkit.builder import BuildConfig, build_kit
 from blobkit.errors import ConfigError
 from trainers.config import TrainConfig
 from trainers.grounding import (

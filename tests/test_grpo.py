@@ -19,7 +19,7 @@ pytest.importorskip("peft")
 
 from conftest import ROOT  # noqa: E402
 
-from blobkit.build import BuildConfig, build_kit  # noqa: E402
+from blobkit.builder import BuildConfig, build_kit  # noqa: E402
 from blobkit.errors import TrainerError  # noqa: E402
 from trainers.budget import Budget  # noqa: E402
 from trainers.config import TrainConfig  # noqa: E402

@@ -18,8 +18,8 @@ import pytest
 from conftest import EXAMPLES, write_world
 from worlds import small_world
 
-from blobkit.build import BuildConfig, build_kit
-from blobkit.build.mint import Minter
+from blobkit.builder import BuildConfig, build_kit
+from blobkit.builder.mint import Minter
 from world_format import runtime as runtime_module
 from world_format.loader import load_world
 from world_format.models import Column, Table

@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from blobkit.build import BuildConfig, build_kit  # noqa: E402
+from blobkit.builder import BuildConfig, build_kit  # noqa: E402
 from blobkit.errors import ConfigError, TargetUnavailableError  # noqa: E402
 from trainers.config import TrainConfig  # noqa: E402
 from trainers.mlx_adapter import mlx_to_peft, peft_to_mlx  # noqa: E402

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from blobkit.build import BuildConfig, build_kit
+from blobkit.builder import BuildConfig, build_kit
 from blobkit.cli import output as cli
 
 STAGES = ["load", "mint", "gate", "split", "replay", "write"]
@@ -37,7 +37,7 @@ def test_a_build_reports_every_stage_in_order_and_finishes_each(small_world_file
 
 
 def test_the_library_never_imports_the_cli_toolkits() -> None:
-    code = ("import sys, blobkit.build, blobkit.verify, world_format.loader; "
+    code = ("import sys, blobkit.builder, blobkit.verify, world_format.loader; "
             "print(sorted(m for m in ('typer', 'rich', 'click') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"

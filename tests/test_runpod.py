@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from fake_runpod import FakeRunPod
 
-from blobkit.build import BuildConfig, build_kit
+from blobkit.builder import BuildConfig, build_kit
 from blobkit.cli import main as cli_main
 from blobkit.errors import ChecksumError, ConfigError, SpendGateError, TrainerError
 from trainers.config import TrainConfig

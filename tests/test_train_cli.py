@@ -8,7 +8,7 @@ from typing import Any, cast
 
 import pytest
 
-from blobkit.build import BuildConfig, build_kit
+from blobkit.builder import BuildConfig, build_kit
 from blobkit.errors import ChecksumError, ConfigError, TargetUnavailableError
 from trainers.catalog import CATALOG, resolve_base
 from trainers.config import TrainConfig

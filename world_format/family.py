@@ -3,7 +3,7 @@
 A family task is a template. ``"{{email}}"`` as a whole string becomes the row's ``email`` value
 with its type (an integer stays an integer), and ``"... {{email}} ..."`` inside a longer string
 becomes its text. The filled-in task is validated as an ordinary :class:`Task`; the build then
-admits a row only when its reference chain passes its verifier (see ``blobkit.build``).
+admits a row only when its reference chain passes its verifier (see ``blobkit.builder``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from blobkit.build import BuildConfig
+from blobkit.builder import BuildConfig
 
 from .options import given, model_options, with_parameters
 from .output import echo_json, progress, show_progress
@@ -50,7 +50,7 @@ def build(world: Path = typer.Option(..., "--world", help="World directory or wo
 
     Example: blobkit build --world examples/retail_desk --out build/ --json
     """
-    from blobkit.build import build_kit
+    from blobkit.builder import build_kit
 
     config = BuildConfig(**given(options, BuildConfig))
     with progress(show_progress(as_json)) as update:

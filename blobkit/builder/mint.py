@@ -78,7 +78,7 @@ class Instance:
     key: Any
     task: Task
     side: Side
-    """train or eval: decided from the anchor row when the case is made (:func:`~blobkit.build.sides.side_of`)."""
+    """train or eval: decided from the anchor row when the case is made (:func:`~blobkit.builder.sides.side_of`)."""
     anchors_touched: tuple[tuple[str, Any], ...] = field(default=())
 
 

@@ -1,7 +1,7 @@
 """Candidate tasks: authored tasks (single cases or families) and minted templates, each with its cases.
 
 Every case's side of the split (train or held-out) is decided here, once, when the case is made: by
-a seeded hash of its anchor row (:func:`blobkit.build.split.side_of`). Later stages read it.
+a seeded hash of its anchor row (:func:`blobkit.builder.split.side_of`). Later stages read it.
 """
 
 from __future__ import annotations
