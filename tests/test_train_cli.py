@@ -126,3 +126,43 @@ def test_the_demo_passes_repeats_given_with_a_base_on_and_defaults_them_only_for
     given = resolved(training_flags("Qwen/Qwen2.5-0.5B-Instruct", "2", "1", "0"))
     assert given.epochs == 2 and given.grounding_repeats == 1
     assert given.answer_quote_repeats == 0
+
+
+def test_train_help_shows_every_config_field_with_the_configs_own_default() -> None:
+    from typer.testing import CliRunner
+
+    from blobkit.cli import app
+
+    shown = " ".join(CliRunner().invoke(app, ["train", "--help"], env={"COLUMNS": "2000"}).output.split())
+    for name, info in TrainConfig.model_fields.items():
+        flag = {"kit": "--world", "learning_rate": "--lr"}.get(name, "--" + name.replace("_", "-"))
+        assert flag in shown, name
+        default = "none" if info.default is None else str(info.default)
+        assert f"[default: ({default})]" in shown, (name, default)
+
+
+def test_the_seed_products_plain_dry_run_writes_a_plan_that_says_what_cannot_run(kit_path: Path,
+                                                                                 tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from blobkit.cli import app
+
+    out = tmp_path / "o"
+    result = CliRunner().invoke(app, ["train", "--world", str(kit_path), "--data", str(kit_path / "sft.jsonl"),
+                                      "--base", "Qwen/Qwen2.5-0.5B-Instruct", "--out", str(out), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    saved = json.loads((out / "plan.json").read_text())
+    assert (saved["config"]["method"], saved["config"]["target"]) == ("grpo", "local-mlx")
+    assert "unsupported" in saved and "cannot run as configured" in result.output
+
+
+def test_a_config_file_is_layered_between_the_preset_and_the_flags(tmp_path: Path) -> None:
+    from blobkit.cli.train import resolve_config
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"epochs": 2, "batch_size": 16, "kit": "k"}))
+    config = resolve_config("tiny", path, {"batch_size": 32, "seed": None})
+    assert (config.full, config.epochs, config.batch_size, config.seed) == (True, 2, 32, 42)
+    path.write_text(json.dumps({"epochz": 2}))
+    with pytest.raises(ConfigError, match="epochz"):
+        resolve_config(None, path, {})
