@@ -24,12 +24,13 @@ FAST_RETRY = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05, max_retry_
 FAKE_TRAINER = r"""
 import json, os, sys
 args = sys.argv[1:]
-opt = lambda name: args[args.index(name) + 1]
-assert os.path.isfile(os.path.join(opt("--kit"), "kit.json")), "the kit did not arrive"
-assert os.path.isfile(os.path.join(opt("--init-adapter"), "adapter_config.json")), "the adapter did not arrive"
-out = opt("--out")
+config = json.load(open(args[args.index("--config") + 1]))
+assert os.path.isfile(os.path.join(config["kit"], "kit.json")), "the kit did not arrive"
+assert os.path.isfile(os.path.join(config["init_adapter"], "adapter_config.json")), "the adapter did not arrive"
+out = config["out"]
 os.makedirs(os.path.join(out, "export"), exist_ok=True)
 json.dump(args, open(os.path.join(out, "argv.json"), "w"))
+json.dump(config, open(os.path.join(out, "config_seen.json"), "w"))
 open(os.path.join(out, "export", "adapter_model.safetensors"), "wb").write(b"\0" * 64)
 json.dump({"base": {"pass_rate": 0.25, "cases": 4}, "rl": {"pass_rate": 0.5, "cases": 4},
            "optimizer_updates": 3, "stopped_by": None}, open(os.path.join(out, "eval.json"), "w"))

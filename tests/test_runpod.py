@@ -36,9 +36,10 @@ def test_cli_runs_grpo_on_a_pod_and_brings_verified_results_back(
         "BLOBKIT_RUNPOD_POLL_SECONDS": "0.02", "BLOBKIT_RUNPOD_STATE_DIR": str(tmp_path / "state")})
     assert code == 0, err
     assert "base 0.250 -> rl 0.500 on 4 held-out cases" in stdout
-    pod_args = json.loads((out / "argv.json").read_text())
-    assert pod_args[pod_args.index("--init-adapter") + 1] == "init_adapter"
-    assert "--confirm-spend" not in pod_args and pod_args[pod_args.index("--target") + 1] == "local-torch"
+    assert json.loads((out / "argv.json").read_text()) == ["train", "--config", "config.json", "--json"]
+    pod_config = json.loads((out / "config_seen.json").read_text())
+    assert pod_config["init_adapter"] == "init_adapter"
+    assert pod_config["confirm_spend"] is False and pod_config["target"] == "local-torch"
     assert (out / "export" / "adapter_model.safetensors").stat().st_size == 64
     assert json.loads((out / "runpod" / "pod_plan.json").read_text()) == {"written_by": "pod"}
     assert "runpod" in json.loads((out / "plan.json").read_text())

@@ -66,7 +66,10 @@ def test_dry_run_writes_the_launch_plan(
     assert (launch["hourly_price_usd"], launch["estimated_max_cost_usd"]) == (0.69, 2.07)
     assert launch["price_source"].startswith(f"RunPod GPU catalog (GET {fake.url}/v2/catalog/gpus)")
     train = next(argv for argv in launch["pod_steps"] if "blobkit.cli" in argv)
-    assert train[train.index("--method") + 1] == "grpo" and train[train.index("--target") + 1] == "local-torch"
+    assert train[train.index("--config") + 1] == "config.json" and launch["config_file"].startswith("config.json")
+    assert launch["train_command"] == "{python} -m blobkit.cli train --config config.json --json"
+    assert (launch["pod_config"]["method"], launch["pod_config"]["target"]) == ("grpo", "local-torch")
+    assert launch["pod_config"]["max_minutes"] == 148.75 and launch["pod_config"]["init_adapter"] == "init_adapter"
     assert launch["missing"] == ["--confirm-spend", "BLOBKIT_RUNPOD_STORE_URL (transfer store the pod can reach)"]
     assert fake.count("POST", "/v2/pods") == 0 and fake.live_pods() == []
 

@@ -21,12 +21,13 @@ Transfer (documented, checksummed both ways)
     key and request signing. Objects live under ``{store}/{job_id}/``:
 
     1. The host writes ``bundle.tar.gz`` (reproducible: sorted members, zeroed metadata) holding
-       the kit, the ``--init-adapter`` export, a local base model if one was given, custom
-       ``--data`` rows and, unless ``BLOBKIT_RUNPOD_INSTALL=0``, this blobkit source tree;
-       uploads it; and passes its sha256 to the pod in ``BLOBKIT_JOB``.
+       the run's config as ``config.json``, the kit, the ``--init-adapter`` export, a local base
+       model if one was given, custom ``--data`` rows and, unless ``BLOBKIT_RUNPOD_INSTALL=0``,
+       this blobkit source tree; uploads it; and passes its sha256 to the pod in ``BLOBKIT_JOB``.
     2. The pod (:mod:`.pod_program`, stdlib only) downloads the bundle and refuses it unless
-       its sha256 matches, installs blobkit, runs ``blobkit train --method grpo --target
-       local-torch --init-adapter init_adapter ...``, packs ``out/`` with
+       its sha256 matches, installs blobkit, runs ``blobkit train --config config.json`` (the
+       bundle carries the run's resolved TrainConfig with paths inside the bundle, GRPO on
+       local-torch; see :func:`~.commands.pod_config`), packs ``out/`` with
        :func:`pack_results` into ``results.tar.zst`` (blobkit's reproducible archive) and
        uploads it, then ``train.log`` and last ``done.json`` (status, the bundle sha256 it
        verified, the results' sha256 and size).
@@ -73,7 +74,7 @@ from .api import (
     RunPodUnavailableError,
 )
 from .bundle import Bundle, build_bundle, write_bundle
-from .commands import POD_COMMAND, POD_PROGRAM, pod_steps
+from .commands import CONFIG_FILE, POD_COMMAND, POD_PROGRAM, pod_config, pod_steps
 from .leases import JobRegistry
 from .leftovers import client_from_env, sweep, sweep_from_env
 from .pod import POD_PREFIX, Job, Watch, create_or_adopt, job_spec, new_job, pod_body, terminate
@@ -93,11 +94,11 @@ from .store import HttpStore
 from .target import require_runnable, train_runpod
 
 __all__ = [
-    "API_KEY_ENV", "DEFAULT_BASE_URL", "DEFAULT_IMAGE", "POD_COMMAND", "POD_PREFIX", "POD_PROGRAM", "Bundle",
-    "HttpStore", "Job", "JobRegistry", "PriceQuote", "RetryPolicy", "RunPodAuthError", "RunPodClient",
-    "RunPodError", "RunPodNotFoundError", "RunPodRequestError", "RunPodSettings", "RunPodUnavailableError",
-    "Watch", "build_bundle", "check_spend_gate", "client_from_env", "collect_results", "create_or_adopt",
-    "default_state_dir", "describe_launch", "gate_spend", "job_spec", "launch_plan", "missing_for_launch",
-    "new_job", "pack_results", "pod_body", "pod_steps", "price_from_catalog", "quote_price", "require_runnable",
-    "sweep", "sweep_from_env", "terminate", "train_runpod", "write_bundle",
+    "API_KEY_ENV", "CONFIG_FILE", "DEFAULT_BASE_URL", "DEFAULT_IMAGE", "POD_COMMAND", "POD_PREFIX", "POD_PROGRAM",
+    "Bundle", "HttpStore", "Job", "JobRegistry", "PriceQuote", "RetryPolicy", "RunPodAuthError", "RunPodClient",
+    "RunPodError", "RunPodNotFoundError", "RunPodRequestError", "RunPodSettings", "RunPodUnavailableError", "Watch",
+    "build_bundle", "check_spend_gate", "client_from_env", "collect_results", "create_or_adopt", "default_state_dir",
+    "describe_launch", "gate_spend", "job_spec", "launch_plan", "missing_for_launch", "new_job", "pack_results",
+    "pod_body", "pod_config", "pod_steps", "price_from_catalog", "quote_price", "require_runnable", "sweep",
+    "sweep_from_env", "terminate", "train_runpod", "write_bundle",
 ]

@@ -1,7 +1,8 @@
 """The job bundle: everything the pod needs, in one reproducible ``.tar.gz`` (sorted members, zeroed metadata).
 
-It holds the kit, the ``--init-adapter`` export, a local base model if one was given, custom
-``--data`` rows and, unless ``BLOBKIT_RUNPOD_INSTALL=0``, this blobkit source tree (under ``src/``).
+It holds the run's resolved config (``config.json``, with paths inside the bundle), the kit, the
+``--init-adapter`` export, a local base model if one was given, custom ``--data`` rows and, unless
+``BLOBKIT_RUNPOD_INSTALL=0``, this blobkit source tree (under ``src/``).
 Every member lies under ``bundle/``; links and special files are refused, caches left out.
 """
 
@@ -17,9 +18,10 @@ from typing import Any
 
 from trainers.config import TrainConfig
 from trainers.errors import ConfigError
-from world_format.canonical import atomic_writer, file_sha256, jsonl_bytes
+from world_format.canonical import atomic_writer, canonical_bytes, file_sha256, jsonl_bytes
 from world_format.kit import Kit
 
+from .commands import CONFIG_FILE, pod_config
 from .settings import RunPodSettings
 
 SOURCE_MEMBERS = ("pyproject.toml", "README.md", "blobkit", "world_format", "trainers")
@@ -108,6 +110,8 @@ class _BytesReader:
 
 def build_bundle(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: Mapping[str, Any],
                  settings: RunPodSettings, dest: Path) -> Bundle:
-    """Everything the pod needs, in one reproducible archive."""
-    extra = {"data/rows.jsonl": jsonl_bytes(rows)} if config.data is not None else {}
+    """Everything the pod needs, in one reproducible archive, with the config it trains with as config.json."""
+    extra = {CONFIG_FILE: canonical_bytes(pod_config(config, plan_record, settings).as_json()) + b"\n"}
+    if config.data is not None:
+        extra["data/rows.jsonl"] = jsonl_bytes(rows)
     return write_bundle(dest, _bundle_sources(config, kit, plan_record, settings), extra)

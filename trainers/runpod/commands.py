@@ -1,4 +1,9 @@
-"""What the pod is told to run: its start command, its bootstrap program and the steps of the job."""
+"""What the pod is told to run: its start command, its bootstrap program, the steps of the job and its config.
+
+The pod trains with the run's own :class:`~trainers.config.TrainConfig`, resolved on the host and
+shipped in the bundle as ``config.json`` (:func:`pod_config`): ``blobkit train --config config.json``
+on the pod, never a re-built list of training flags.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +22,12 @@ POD_PROGRAM = Path(__file__).with_name("pod_program.py").read_text(encoding="utf
 ``BLOBKIT_POD_PROGRAM`` and run by :data:`POD_COMMAND`."""
 
 
+CONFIG_FILE = "config.json"
+"""The pod's resolved TrainConfig, at the top of the unpacked bundle."""
+TRAIN_ARGV = ("{python}", "-m", "blobkit.cli", "train", "--config", CONFIG_FILE, "--json")
+"""The pod's training step: ``blobkit train`` on the shipped config."""
+
+
 def train_budget_minutes(config: TrainConfig, settings: RunPodSettings) -> float:
     """The ``--max-minutes`` training gets on the pod: most of what the pod's watchdog allows."""
     max_seconds = config.max_hours * 3600
@@ -24,35 +35,23 @@ def train_budget_minutes(config: TrainConfig, settings: RunPodSettings) -> float
     return max(0.01, round(min(budget, config.max_minutes) if config.max_minutes else budget, 2))
 
 
-def pod_train_args(config: TrainConfig, plan_record: Mapping[str, Any], settings: RunPodSettings) -> list[str]:
-    """The ``blobkit train`` arguments the pod runs (paths relative to the unpacked bundle)."""
+def pod_config(config: TrainConfig, plan_record: Mapping[str, Any], settings: RunPodSettings) -> TrainConfig:
+    """The run's config as the pod trains with it: paths inside the unpacked bundle, GRPO on local-torch, and the
+    training budget the pod allows as ``max_minutes``. Shipped as :data:`CONFIG_FILE` in the bundle."""
     local_base = (plan_record.get("base") or {}).get("source") == "local"
-    args = ["train", "--kit", "kit", "--base", "base" if local_base else config.base, "--method", "grpo",
-            "--target", "local-torch", "--out", "out", "--init-adapter", "init_adapter",
-            "--lora-rank", str(config.lora_rank), "--steps", str(config.steps), "--seed", str(config.seed),
-            "--lr", repr(config.learning_rate), "--batch-size", str(config.batch_size),
-            "--max-length", str(config.max_length), "--max-turns", str(config.max_turns),
-            "--max-new-tokens", str(config.max_new_tokens), "--group-size", str(config.group_size),
-            "--temperature", repr(config.temperature),
-            "--max-minutes", repr(train_budget_minutes(config, settings)), "--json"]
-    if config.eval_limit is not None:
-        args += ["--eval-limit", str(config.eval_limit)]
-    if config.max_model_calls is not None:
-        args += ["--max-model-calls", str(config.max_model_calls)]
-    if config.full:
-        args.append("--full")
-    if config.data is not None:
-        args += ["--data", "data/rows.jsonl"]
-    return args
+    return config.model_copy(update={
+        "kit": Path("kit"), "init_adapter": Path("init_adapter"), "base": "base" if local_base else config.base,
+        "data": Path("data/rows.jsonl") if config.data is not None else None, "out": Path("out"),
+        "method": "grpo", "target": "local-torch", "dry_run": False, "confirm_spend": False,
+        "max_minutes": train_budget_minutes(config, settings)})
 
 
-def pod_steps(config: TrainConfig, plan_record: Mapping[str, Any], settings: RunPodSettings) -> list[dict[str, Any]]:
+def pod_steps(settings: RunPodSettings) -> list[dict[str, Any]]:
     """The commands the pod runs in the unpacked bundle, in order (``{python}`` is the pod's Python)."""
     steps = []
     if settings.install:
         steps.append({"name": "install", "argv": ["{python}", "-m", "pip", "install", "--quiet", "./src[train]"]})
-    steps.append({"name": "train", "argv": ["{python}", "-m", "blobkit.cli", *pod_train_args(config, plan_record,
-                                                                                             settings)]})
+    steps.append({"name": "train", "argv": list(TRAIN_ARGV)})
     steps.append({"name": "pack", "argv": ["{python}", "-m", "trainers.runpod", "pack-results", "out",
                                            "results.tar.zst", "results.json"]})
     return steps

@@ -64,13 +64,12 @@ def pod_body(job: Job, config: TrainConfig, settings: RunPodSettings, spec: Mapp
             "cloud": settings.cloud, "disk": settings.disk_gb, "env": env, "args": POD_COMMAND}
 
 
-def job_spec(job: Job, config: TrainConfig, plan_record: Mapping[str, Any], settings: RunPodSettings,
-             bundle: Bundle) -> dict[str, Any]:
+def job_spec(job: Job, config: TrainConfig, settings: RunPodSettings, bundle: Bundle) -> dict[str, Any]:
     """What the pod program reads from ``BLOBKIT_JOB``: where things are, checksums, limits and steps."""
     max_seconds = config.max_hours * 3600 - settings.pod_margin(config.max_hours * 3600)
     return {"format": "blobkit-runpod-job/1", "job_id": job.id, "api_url": settings.api_url,
             "store_url": settings.store_url, "bundle_sha256": bundle.sha256, "max_seconds": round(max_seconds, 3),
-            "deadline_epoch": round(time.time() + max_seconds, 3), "steps": pod_steps(config, plan_record, settings)}
+            "deadline_epoch": round(time.time() + max_seconds, 3), "steps": pod_steps(settings)}
 
 
 def find_pod(client: RunPodClient, name: str) -> dict[str, Any] | None:

@@ -20,7 +20,7 @@ from trainers.errors import ConfigError, SpendGateError
 from world_format.kit import Kit
 
 from .api import API_KEY_ENV, RunPodClient, RunPodError
-from .commands import POD_COMMAND, pod_steps
+from .commands import CONFIG_FILE, POD_COMMAND, TRAIN_ARGV, pod_config, pod_steps
 from .settings import RunPodSettings
 from .store import redact
 
@@ -143,7 +143,7 @@ def check_spend_gate(config: TrainConfig, environ: Mapping[str, str], quote: Pri
 
 
 def launch_plan(config: TrainConfig, kit: Kit, plan_record: dict[str, Any]) -> dict[str, Any]:
-    """The launch facts for plan.json: GPU, image, command, disk, limits, price and its source, max cost."""
+    """The launch facts for plan.json: GPU, image, commands, the pod's config, disk, limits, price and max cost."""
     environ = os.environ
     settings = RunPodSettings.from_env(environ)
     quote = quote_price(config, settings, environ)
@@ -151,14 +151,18 @@ def launch_plan(config: TrainConfig, kit: Kit, plan_record: dict[str, Any]) -> d
     return {
         "api": f"{settings.api_url}/v2", "gpu_type": config.gpu_type, "gpu_count": config.gpu_count,
         "cloud": settings.cloud, "image": settings.image, "disk_gb": settings.disk_gb,
-        "start_command": POD_COMMAND, "pod_steps": [step["argv"] for step in pod_steps(config, plan_record, settings)],
+        "start_command": POD_COMMAND, "pod_steps": [step["argv"] for step in pod_steps(settings)],
+        "train_command": " ".join(TRAIN_ARGV),
+        "config_file": f"{CONFIG_FILE} in bundle.tar.gz: this run's config with paths inside the bundle, GRPO on "
+                       "local-torch and max_minutes set to the pod's training budget (pod_config)",
+        "pod_config": pod_config(config, plan_record, settings).as_json(),
         "max_hours": config.max_hours, "boot_timeout_seconds": settings.boot_timeout_seconds,
         "pod_self_terminates_after_seconds": round(max_seconds - settings.pod_margin(max_seconds), 1),
         "price_per_gpu_usd": quote.per_gpu_usd, "hourly_price_usd": quote.hourly_usd,
         "price_source": quote.source, "estimated_max_cost_usd": quote.max_cost_usd(config.max_hours),
         "cost_note": "GPU time at list price for the whole --max-hours; disk and the transfer store not included",
         "transfer": {"store": redact(settings.store_url) if settings.store_url else None,
-                     "to_pod": "bundle.tar.gz (kit, init adapter, source), sha256 checked on the pod",
+                     "to_pod": f"bundle.tar.gz ({CONFIG_FILE}, kit, init adapter, source), sha256 checked on the pod",
                      "from_pod": "results.tar.zst, sha256 from done.json checked here"},
         "kit_sha256": kit.sha256, "missing": missing_for_launch(config, settings, environ),
     }

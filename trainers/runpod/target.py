@@ -52,8 +52,7 @@ def _run_record(job: Job, pod_id: str, config: TrainConfig, quote: PriceQuote, b
 
 
 def _run_job(client: RunPodClient, store: HttpStore, job: Job, bundle: Bundle, config: TrainConfig,
-             plan_record: Mapping[str, Any], settings: RunPodSettings, quote: PriceQuote, log: Log,
-             stop: Stop | None) -> dict[str, Any]:
+             settings: RunPodSettings, quote: PriceQuote, log: Log, stop: Stop | None) -> dict[str, Any]:
     registry = JobRegistry(settings.state_dir)
     registry.claim(job.name, pod_id=None)
     pod_id: str | None = None
@@ -62,8 +61,7 @@ def _run_job(client: RunPodClient, store: HttpStore, job: Job, bundle: Bundle, c
         store.put_file(f"{job.id}/bundle.tar.gz", bundle.path)
         log(f"runpod: launching {describe_launch(config, settings, quote)}")
         started = time.monotonic()
-        pod = create_or_adopt(client, pod_body(job, config, settings, job_spec(job, config, plan_record, settings,
-                                                                               bundle)), log)
+        pod = create_or_adopt(client, pod_body(job, config, settings, job_spec(job, config, settings, bundle)), log)
         pod_id = str(pod["id"])
         registry.claim(job.name, pod_id=pod_id)
         atomic_write_json(job.work / "job.json", {"job_id": job.id, "pod_id": pod_id, "pod_name": job.name,
@@ -103,7 +101,7 @@ def train_runpod(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan
     store = HttpStore(settings.store_url, settings.store_token, retry=settings.retry)
     client = RunPodClient(environ[API_KEY_ENV], settings.api_url, retry=settings.retry)
     try:
-        return _run_job(client, store, job, bundle, config, plan_record, settings, quote, log, stop)
+        return _run_job(client, store, job, bundle, config, settings, quote, log, stop)
     finally:
         store.close()
         client.close()
