@@ -1,10 +1,11 @@
-"""Shared fixtures: the small code-built world and the bundled examples."""
+"""Shared fixtures: the small code-built world, the bundled examples, and a fake RunPod with a kit to send."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).parent))
 
+from fake_runpod import FakeRunPod  # noqa: E402
 from worlds import small_world  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,3 +40,36 @@ def small_world_doc() -> dict[str, Any]:
 def small_world_file(tmp_path: Path) -> Path:
     """The small world as a single-file export on disk."""
     return write_world(tmp_path / "src", small_world())
+
+
+# --------------------------------------------------------------------------- the runpod target (tests/test_runpod*.py)
+
+
+@pytest.fixture(scope="session")
+def kit_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A kit built from the small world (4 train and 2 eval cases per task); a module may build its own."""
+    from blobkit.builder import BuildConfig, build_kit
+
+    root = tmp_path_factory.mktemp("runpodkit")
+    record = build_kit(write_world(root / "src", small_world()), root / "out",
+                       BuildConfig(train_cases_per_task=4, eval_cases_per_task=2))
+    return Path(record["kit"]["path"])
+
+
+@pytest.fixture
+def adapter(tmp_path: Path) -> Path:
+    """A stand-in SFT export for GRPO to warm-start from."""
+    path = tmp_path / "sft" / "export"
+    path.mkdir(parents=True)
+    (path / "adapter_config.json").write_text('{"r": 16}', encoding="utf-8")
+    (path / "adapter_model.safetensors").write_bytes(b"\1" * 128)
+    return path
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Iterator[FakeRunPod]:
+    """A fake RunPod on 127.0.0.1 (API, transfer store and pods) whose train step runs a stand-in trainer."""
+    from runpod_support import FAKE_TRAINER, KEY, STORE_TOKEN
+
+    with FakeRunPod(tmp_path / "pods", api_key=KEY, store_token=STORE_TOKEN, train_script=FAKE_TRAINER) as server:
+        yield server
