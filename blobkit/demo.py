@@ -11,6 +11,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+TRAIN_CASES_PER_TASK = 400
+"""Training cases per task of the demo's kit. The tiny model starts from random weights: learning to copy ids and
+emails from scratch needs many distinct cases more than many epochs. ``blobkit company train --base-model tiny``
+builds its kit with the same number."""
 
 
 def _run(*args: str, offline: bool, judged: bool = False) -> str:
@@ -52,7 +56,7 @@ def main() -> None:
     offline = args.base is None
     started = time.monotonic()
     record = json.loads(_run("build", "--world", str(args.world), "--out", str(args.out / "kit"), "--train-cases",
-                             "400", "--eval-cases", "4", "--json", offline=offline))
+                             str(TRAIN_CASES_PER_TASK), "--eval-cases", "4", "--json", offline=offline))
     kit = record["kit"]["path"]
     base = args.base
     if base is None:

@@ -10,7 +10,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,20 +22,24 @@ from typer.testing import CliRunner
 from worlds import small_world
 
 from blobkit.cli import app
-from blobkit.company import CHECKS, STAGES, CompanyConfig, create_job, inspect_source, run_job
-from blobkit.jobs import SCHEMA_VERSION, JobError, JobNotFoundError, JobStore
+from blobkit.company import CHECKS, STAGES, CompanyConfig, JobStore, create_job, inspect_source, run_job
+from blobkit.company.schema import SCHEMA_VERSION
+from blobkit.errors import JobError, JobNotFoundError
 
 # Tiny settings: a 32-wide, 2-layer model, 2 training cases and 1 held-out case per task, short episodes.
-TINY: dict[str, Any] = {"train_cases": 2, "eval_cases": 1, "sft_epochs": 1, "eval_limit": 2, "max_turns": 2,
-                        "max_new_tokens": 16, "tiny_hidden_size": 32, "tiny_layers": 2, "tiny_vocab_size": 600}
+EPISODES: dict[str, Any] = {"eval_limit": 2, "max_turns": 2, "max_new_tokens": 16}
+TINY: dict[str, dict[str, Any]] = {"build": {"train_cases_per_task": 2, "eval_cases_per_task": 1},
+                                   "sft": {"epochs": 1, **EPISODES}, "rl": EPISODES,
+                                   "tiny": {"hidden_size": 32, "num_layers": 2, "vocab_size": 600}}
 TINY_FLAGS = ["--train-cases", "2", "--eval-cases", "1", "--sft-epochs", "1", "--eval-limit", "2", "--max-turns", "2",
               "--max-new-tokens", "16", "--tiny-hidden-size", "32", "--tiny-layers", "2", "--tiny-vocab-size", "600"]
 WAIT_S = 240.0
 
 
-def tiny_config(**overrides: Any) -> CompanyConfig:
-    """The tiny settings plus overrides."""
-    return CompanyConfig.for_base("tiny", **{**TINY, **overrides})
+def tiny_config(**overrides: dict[str, Any]) -> CompanyConfig:
+    """The tiny settings plus overrides (field values by part: build, sft, rl, tiny, budgets)."""
+    parts = {part: {**TINY.get(part, {}), **overrides.get(part, {})} for part in (*TINY, *overrides)}
+    return CompanyConfig.for_base("tiny", **parts)
 
 
 def has_grpo() -> bool:
@@ -67,6 +73,38 @@ def stage_events(record: dict[str, Any], stage: str) -> list[str]:
 def check(record: dict[str, Any], name: str) -> str:
     """A check's status."""
     return next(c["status"] for c in record["checks"] if c["name"] == name)
+
+
+_WRITES: list[str] | None = None
+"""While :func:`recording_writes` runs: every file-system write this process audits (else None)."""
+_WRITE_EVENTS = ("os.mkdir", "os.rename", "os.replace", "os.remove", "os.rmdir", "shutil.copyfile", "shutil.rmtree",
+                 "tempfile.mkdtemp", "tempfile.mkstemp")
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if _WRITES is None:
+        return
+    if event == "open" and not isinstance(args[0], int):
+        mode, flags = args[1] or "", args[2] or 0
+        if set(mode) & set("wax+") or flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            _WRITES.append(f"open {args[0]} {mode or flags}")
+    elif event in _WRITE_EVENTS or (event == "sqlite3.connect" and args[0] != ":memory:"
+                                    and "mode=ro" not in str(args[0])):
+        _WRITES.append(f"{event} {args[0]}")
+
+
+sys.addaudithook(_audit)
+
+
+@contextmanager
+def recording_writes() -> Iterator[list[str]]:
+    """The file-system writes (opens for writing, new folders, renames, temp files, databases) made inside."""
+    global _WRITES
+    _WRITES = []
+    try:
+        yield _WRITES
+    finally:
+        _WRITES = None
 
 
 @pytest.fixture
@@ -131,20 +169,13 @@ def test_a_queued_job_records_its_identity_and_every_check_as_not_run(store: Job
     job = store.get(job_id)
     assert job["status"] == "queued"
     assert job["identity"]["source"]["sha256"] and job["identity"]["base_model"]["id"] == "tiny"
-    assert job["identity"]["config"]["max_minutes"] == 30 and job["identity"]["config"]["max_model_calls"] == 200
+    budgets = job["identity"]["config"]["budgets"]
+    assert budgets["max_minutes"] == 30 and budgets["max_model_calls"] == 200
     assert [c["name"] for c in job["checks"]] == list(CHECKS)
     assert {c["status"] for c in job["checks"]} == {"not_run"}
     assert job["usage"] == {"active_seconds": 0, "model_calls": 0, "model_calls_exact": True, "tokens": 0,
                             "optimizer_updates": 0}
     assert [e["message"] for e in job["events"]] == ["job queued"]
-
-
-def test_company_defaults_follow_the_issue() -> None:
-    config = CompanyConfig.for_base("Qwen/Qwen2.5-0.5B-Instruct")
-    assert (config.sft_epochs, config.rl_steps, config.group_size, config.max_minutes, config.max_model_calls,
-            config.full) == (5, 4, 2, 30, 200, False)
-    assert (config.rl_prompts_per_step, config.eval_limit, config.max_turns) == (1, 10, 4)
-    assert CompanyConfig.for_base("tiny").full is True
 
 
 def test_an_unknown_base_model_is_refused_before_anything_is_queued(store: JobStore, source: Path) -> None:
@@ -172,7 +203,7 @@ def test_anything_but_a_job_id_is_refused(store: JobStore) -> None:
 
 
 def test_a_job_with_a_live_worker_cannot_be_claimed_twice(store: JobStore, source: Path) -> None:
-    from blobkit.jobs import worker_id
+    from blobkit.company.workers import worker_id
 
     job_id = create_job(store, source, "tiny", tiny_config())
     store.claim(job_id, worker_id())
@@ -185,6 +216,60 @@ def test_cancelling_a_queued_job_is_immediate(store: JobStore, source: Path) -> 
     assert store.request_cancel(job_id, "changed my mind") == "cancelled"
     job = store.get(job_id)
     assert job["status"] == "cancelled" and job["cancel_requested"]["reason"] == "changed my mind"
+
+
+# --------------------------------------------------------------------------- the config
+
+
+def test_company_defaults_follow_the_issue() -> None:
+    from trainers.config import TrainConfig
+
+    config = CompanyConfig.for_base("Qwen/Qwen2.5-0.5B-Instruct")
+    assert (config.sft.epochs, config.rl.steps, config.rl.group_size, config.budgets.max_minutes,
+            config.budgets.max_model_calls, config.sft.full) == (TrainConfig.preset("lora").epochs, 4, 2, 30, 200,
+                                                                 False)
+    assert (config.rl.batch_size // config.rl.group_size, config.sft.eval_limit, config.sft.max_turns) == (1, 10, 4)
+    assert (config.rl.eval_limit, config.rl.max_turns, config.build.eval_cases_per_task) == (10, 4, 1)
+    assert CompanyConfig.for_base("tiny").sft.full is True
+
+
+def test_the_composed_config_copies_no_field(tmp_path: Path) -> None:
+    from blobkit.company.stages import RUN_FIELDS, run_config
+
+    assert list(CompanyConfig.model_fields) == ["build", "sft", "rl", "tiny", "budgets"]
+    config = tiny_config(sft={"learning_rate": 0.01})
+    stage = run_config(config.sft, kit=tmp_path / "kit", base=str(tmp_path / "base"), method="sft",
+                       target="local-torch", out=tmp_path / "sft")
+    assert stage.model_dump(exclude=set(RUN_FIELDS)) == config.sft.model_dump(exclude=set(RUN_FIELDS))
+    assert stage.kit == tmp_path / "kit" and stage.out == tmp_path / "sft" and stage.learning_rate == 0.01
+    with pytest.raises(ValueError, match="run fields only"):
+        run_config(config.sft, learning_rate=1.0)
+
+
+def test_the_tiny_company_recipe_is_the_demos_preset() -> None:
+    from blobkit.company.config import COMPANY_RL, COMPANY_SFT, COMPANY_TRAINING
+    from blobkit.demo import TRAIN_CASES_PER_TASK, training_flags
+    from trainers.config import PRESETS, TrainConfig
+    from trainers.tiny_model import TinyModelConfig
+
+    assert training_flags(None, None, None, None) == ["--preset", "tiny"]
+    tiny = CompanyConfig.for_base("tiny")
+    assert tiny.sft == TrainConfig.preset("tiny", **COMPANY_TRAINING, **COMPANY_SFT)
+    kept = {name: value for name, value in PRESETS["tiny"].items() if name not in COMPANY_TRAINING}
+    assert {name: getattr(tiny.sft, name) for name in kept} == kept and tiny.sft.grounding_repeats > 0
+    assert tiny.rl == TrainConfig.preset("tiny", **COMPANY_TRAINING, **COMPANY_RL, batch_size=tiny.rl.group_size)
+    assert tiny.tiny == TinyModelConfig() and tiny.build.train_cases_per_task == TRAIN_CASES_PER_TASK
+    assert training_flags("Qwen/Qwen2.5-0.5B-Instruct", None, None, None) == ["--preset", "lora"]
+    real = CompanyConfig.for_base("Qwen/Qwen2.5-0.5B-Instruct")
+    assert real.sft == TrainConfig.preset("lora", **COMPANY_TRAINING, **COMPANY_SFT) and real == CompanyConfig()
+
+
+def test_an_rl_batch_that_splits_a_group_is_refused() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="multiple of rl.group_size"):
+        CompanyConfig.for_base("tiny", rl={"group_size": 4, "batch_size": 6})
+    assert CompanyConfig.for_base("tiny", rl={"group_size": 4}).rl.batch_size == 4
 
 
 # --------------------------------------------------------------------------- inspect
@@ -213,6 +298,15 @@ def test_an_invalid_source_is_reported_with_its_error(tmp_path: Path) -> None:
     bad.write_text('{"format_version": "1"}')
     report = inspect_source(bad)
     assert not report["valid"] and not report["trainable"] and "/identity" in report["reasons"][0]
+
+
+def test_company_inspect_writes_nothing(source: Path) -> None:
+    inspect_source(source)  # once first, so imports (and their bytecode caches) are not counted
+    with recording_writes() as writes:
+        report = inspect_source(source)
+        result = CliRunner().invoke(app, ["company", "inspect", "--source", str(source), "--json"])
+    assert report["trainable"] and result.exit_code == 0 and json.loads(result.stdout)["trainable"]
+    assert report["admission"]["sft_rows"] >= 1 and writes == []
 
 
 def test_a_one_state_source_stops_before_training(store: JobStore, one_state_source: Path) -> None:
@@ -246,7 +340,7 @@ def test_train_without_run_only_queues(tmp_path: Path, source: Path) -> None:
                                  store_dir, "--json", *TINY_FLAGS])
     assert result.exit_code == 0, result.output
     job = json.loads(result.stdout)
-    assert job["status"] == "queued" and job["checkpoints"] == [] and job["identity"]["config"]["sft_epochs"] == 1
+    assert job["status"] == "queued" and job["checkpoints"] == [] and job["identity"]["config"]["sft"]["epochs"] == 1
     listed = json.loads(runner.invoke(app, ["jobs", "list", "--job-store", store_dir, "--json"]).stdout)
     assert [(j["id"], j["status"]) for j in listed] == [(job["id"], "queued")]
     shown = runner.invoke(app, ["jobs", "show", job["id"], "--job-store", store_dir])
@@ -265,6 +359,34 @@ def test_train_run_prints_only_the_job_on_stdout_and_exits_1_when_it_fails(tmp_p
     assert "[qualify] stage qualify started" in result.stderr
 
 
+def test_company_train_flags_set_the_parts_of_the_composed_config(tmp_path: Path, source: Path) -> None:
+    runner, store_dir = CliRunner(), str(tmp_path / "jobs")
+    common = ["company", "train", "--source", str(source), "--base-model", "tiny", "--job-store", store_dir, "--json",
+              *TINY_FLAGS]
+    result = runner.invoke(app, [*common, "--seed", "7", "--tiny-seed", "3", "--lr", "0.01", "--lora", "--group-size",
+                                 "4", "--rl-steps", "3", "--max-minutes", "5"])
+    assert result.exit_code == 0, result.output
+    config = json.loads(result.stdout)["identity"]["config"]
+    assert config["build"]["seed"] == config["sft"]["seed"] == config["rl"]["seed"] == 7 and config["tiny"]["seed"] == 3
+    assert config["sft"]["learning_rate"] == config["rl"]["learning_rate"] == 0.01
+    assert config["sft"]["full"] is False and config["rl"]["full"] is False
+    assert (config["rl"]["group_size"], config["rl"]["batch_size"], config["rl"]["steps"]) == (4, 4, 3)
+    assert config["sft"]["grounding_repeats"] == 3 and config["sft"]["max_turns"] == config["rl"]["max_turns"] == 2
+    assert config["budgets"] == {"max_minutes": 5, "max_model_calls": 200} and config["tiny"]["hidden_size"] == 32
+    refused = runner.invoke(app, [*common, "--group-size", "4", "--rl-batch-size", "6"])
+    assert refused.exit_code != 0 and "multiple of rl.group_size" in str(refused.exception)
+
+
+def test_company_train_help_shows_the_defaults_each_base_uses() -> None:
+    result = CliRunner().invoke(app, ["company", "train", "--help"], env={"COLUMNS": "300"})
+    text = " ".join(result.output.replace("│", " ").split())
+    for flag, shown in (("--lr", "0.0002; --base-model tiny: 0.002"), ("--sft-epochs", "1.0; --base-model tiny: 3.0"),
+                        ("--train-cases", "48; --base-model tiny: 400"), ("--tiny-vocab-size", "600"),
+                        ("--max-model-calls", "200")):
+        assert flag in text and f"[default: ({shown})]" in text, flag
+    assert "preset" in text and "5e-3" not in text and "2e-3" not in text
+
+
 def test_jobs_commands_on_a_missing_store_fail_with_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["jobs", "list", "--job-store", str(tmp_path / "none")])
     assert result.exit_code != 0 and isinstance(result.exception, JobError)
@@ -274,7 +396,7 @@ def test_jobs_commands_on_a_missing_store_fail_with_one_line(tmp_path: Path) -> 
 
 
 def test_a_model_call_budget_too_small_for_sft_ends_cleanly_naming_it(store: JobStore, source: Path) -> None:
-    job_id = create_job(store, source, "tiny", tiny_config(max_model_calls=3))
+    job_id = create_job(store, source, "tiny", tiny_config(budgets={"max_model_calls": 3}))
     job = run_job(store, job_id)
     assert job["status"] == "failed" and job["outcome"]["budget"] == "max_model_calls"
     assert job["outcome"]["stage"] == "sft" and "max_model_calls budget (3 model calls)" in job["outcome"]["message"]
@@ -284,7 +406,7 @@ def test_a_model_call_budget_too_small_for_sft_ends_cleanly_naming_it(store: Job
     for checkpoint in job["checkpoints"]:
         for artifact in checkpoint["artifacts"].values():
             assert (store.root / artifact["path"]).is_file()
-    assert check(job, "kit_leakage_free") == "passed" and check(job, "kit_reproducible") == "passed"
+    assert check(job, "kit_leakage_free") == "passed" and check(job, "kit_verified") == "passed"
     again = run_job(store, job_id)  # budgets are cumulative: a resume skips finished stages and stops again
     assert again["outcome"]["budget"] == "max_model_calls" and _checkpoint_times(again) == _checkpoint_times(job)
     assert sum("skipped" in m for m in stage_events(again, "kit")) == 1
@@ -294,10 +416,39 @@ def test_a_model_call_budget_too_small_for_sft_ends_cleanly_naming_it(store: Job
     assert "artifacts changed" in tampered["errors"][-1]["message"]
 
 
+def test_a_job_builds_its_kit_once_and_the_kit_stage_verifies_it(store: JobStore, source: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import blobkit.builder
+    import blobkit.company.inspect
+    import blobkit.company.stages
+    import blobkit.verify
+
+    calls: Counter[str] = Counter()
+
+    def count(module: Any, name: str) -> None:
+        real = getattr(module, name)
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counted)
+
+    for module, name in ((blobkit.builder, "execute_build"), (blobkit.company.inspect, "execute_build"),
+                         (blobkit.company.stages, "write_kit"), (blobkit.verify, "verify_kit")):
+        count(module, name)
+    job = run_job(store, create_job(store, source, "tiny", tiny_config(budgets={"max_model_calls": 3})))
+    assert [c["stage"] for c in job["checkpoints"]] == ["qualify", "kit"]
+    assert calls == {"execute_build": 1, "write_kit": 1, "verify_kit": 1}
+    assert check(job, "kit_verified") == "passed" and "re-executed identically" in next(
+        c["detail"] for c in job["checks"] if c["name"] == "kit_verified")
+    assert sorted(p.name.endswith(".tar.zst") for p in (store.job_dir(job["id"]) / "kit").iterdir()) == [False, True]
+
+
 def test_an_exhausted_time_budget_ends_cleanly_naming_it(store: JobStore, source: Path) -> None:
     # 9 active seconds: usually enough to reach SFT, whose 150 steps it then stops at a step boundary; on a
     # loaded machine it may run out at the boundary before SFT instead. Either way the job must say so.
-    job_id = create_job(store, source, "tiny", tiny_config(max_minutes=0.15, sft_epochs=50))
+    job_id = create_job(store, source, "tiny", tiny_config(sft={"epochs": 50}, budgets={"max_minutes": 0.15}))
     job = run_job(store, job_id)
     assert job["status"] == "failed" and job["outcome"]["budget"] == job["outcome"]["stopped_by"] == "max_minutes"
     assert "the max_minutes budget (0.15 active minutes) ran out" in job["outcome"]["message"]
@@ -312,7 +463,7 @@ def test_an_exhausted_time_budget_ends_cleanly_naming_it(store: JobStore, source
 def test_cancelling_mid_sft_stops_at_a_step_boundary_and_keeps_the_evidence(tmp_path: Path, source: Path) -> None:
     root = tmp_path / "jobs"
     with JobStore(root) as store:
-        job_id = create_job(store, source, "tiny", tiny_config(sft_epochs=30))
+        job_id = create_job(store, source, "tiny", tiny_config(sft={"epochs": 30}))
     outcome: dict[str, Any] = {}
 
     def worker() -> None:
@@ -349,7 +500,7 @@ def _start_worker(root: Path, job_id: str) -> subprocess.Popen[bytes]:
 def test_ctrl_c_cancels_the_worker_at_the_next_safe_point(tmp_path: Path, source: Path) -> None:
     root = tmp_path / "jobs"
     with JobStore(root) as store:
-        job_id = create_job(store, source, "tiny", tiny_config(sft_epochs=30))
+        job_id = create_job(store, source, "tiny", tiny_config(sft={"epochs": 30}))
     worker = _start_worker(root, job_id)
     try:
         with JobStore(root, create=False) as reader:
@@ -414,17 +565,64 @@ def _assert_complete(job: dict[str, Any], store_root: Path) -> None:
     assert results["complete"] and {"base", "sft", "rl", "rl_minus_sft", "held_out"} <= set(results)
     assert results["held_out"]["case_counts_match"] and results["held_out"]["cases_evaluated"] >= 1
     assert job["replay"]["fresh_process"] and job["replay"]["outcome"] in ("passed", "failed")
-    assert job["usage"]["model_calls"] <= job["identity"]["config"]["max_model_calls"]
-    assert job["usage"]["active_seconds"] <= job["identity"]["config"]["max_minutes"] * 60
+    assert job["usage"]["model_calls"] <= job["identity"]["config"]["budgets"]["max_model_calls"]
+    assert job["usage"]["active_seconds"] <= job["identity"]["config"]["budgets"]["max_minutes"] * 60
     assert {c["status"] for c in job["checks"]} <= {"passed", "failed"}
     assert check(job, "export_verified") == "passed" and check(job, "heldout_evaluated") == "passed"
     assert (store_root / "jobs" / job["id"] / "export" / "manifest.json").is_file()
 
 
-def test_a_tiny_run_on_the_small_world_completes_with_measured_results(store: JobStore, source: Path) -> None:
+@pytest.fixture(scope="module")
+def finished_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """(store root, job record) of one whole tiny run on the small world, shared by the tests that read it."""
     pytest.importorskip("trainers.grpo")
-    job = run_job(store, create_job(store, source, "tiny", tiny_config(rl_steps=2)))
-    _assert_complete(job, store.root)
+    root = tmp_path_factory.mktemp("finished")
+    with JobStore(root / "jobs") as store:
+        job = run_job(store, create_job(store, write_world(root / "src", small_world()), "tiny",
+                                        tiny_config(rl={"steps": 2})))
+    return store.root, job
+
+
+def test_a_tiny_run_on_the_small_world_completes_with_measured_results(finished_job: tuple[Path, dict[str, Any]]) \
+        -> None:
+    store_root, job = finished_job
+    _assert_complete(job, store_root)
+
+
+def test_each_training_stage_runs_the_composed_config_with_only_its_run_fields_filled_in(
+        finished_job: tuple[Path, dict[str, Any]]) -> None:
+    from blobkit.company.stages import RUN_FIELDS
+
+    store_root, job = finished_job
+    for stage in ("sft", "rl"):
+        composed = job["identity"]["config"][stage]
+        planned = json.loads((store_root / "jobs" / job["id"] / stage / "plan.json").read_text())["config"]
+        assert {k: v for k, v in planned.items() if k not in RUN_FIELDS} == \
+            {k: v for k, v in composed.items() if k not in RUN_FIELDS}, stage
+
+
+def test_the_replay_result_arrives_as_data_from_a_spawned_process(finished_job: tuple[Path, dict[str, Any]]) -> None:
+    from blobkit.company.replay import run_spawned
+
+    run = run_spawned(os.getpid, (), lambda: None)
+    assert run.value == run.pid != os.getpid() and run.exitcode == 0 and run.error is None
+    store_root, job = finished_job
+    replay = job["replay"]
+    assert replay["fresh_process"] and replay["start_method"] == "spawn" and replay["pid"] != os.getpid()
+    recorded = json.loads((store_root / "jobs" / job["id"] / "replay.json").read_text())
+    episode = recorded["episode"]
+    assert (episode["case_id"], episode["verdict"], episode["turns"]) == (replay["case_id"], replay["verdict"],
+                                                                          replay["turns"])
+    assert episode["passed"] == (replay["outcome"] == "passed") and "stdout" not in recorded
+
+
+def test_a_stopped_replay_process_is_terminated() -> None:
+    from blobkit.company.replay import run_spawned
+
+    started = time.monotonic()
+    run = run_spawned(time.sleep, (120,), lambda: "cancelled: test", poll_s=0.1)
+    assert run.stopped_by == "cancelled: test" and run.value is None and run.exitcode not in (None, 0)
+    assert time.monotonic() - started < 60
 
 
 @pytest.mark.slow

@@ -2,4 +2,5 @@
 
 from blobkit.cli.app import main
 
-main()
+if __name__ == "__main__":  # not when a spawned child process re-imports the parent's main module
+    main()

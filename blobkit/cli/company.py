@@ -1,18 +1,29 @@
 """Company commands of the CLI: ``company inspect|train`` and ``jobs list|show|cancel|resume``.
 
-The library (:mod:`blobkit.company`, :mod:`blobkit.jobs`) raises; these commands only translate.
+The library (:mod:`blobkit.company`) raises; these commands only translate. ``company train``'s options
+are generated from the parts of :class:`~blobkit.company.CompanyConfig` (the build, the SFT and RL
+TrainConfigs, the tiny model, the budgets), so their help is the fields' docstrings and their shown
+defaults are the recipe's own, for a real base and for ``--base-model tiny``.
 """
 
 from __future__ import annotations
 
 import sys
-from contextlib import redirect_stdout
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stdout
+from inspect import Parameter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
+from blobkit.errors import ConfigError
+
+from .options import given, model_options, with_parameters
 from .output import echo_json
+
+if TYPE_CHECKING:
+    from blobkit.company import CompanyConfig
 
 company_app = typer.Typer(no_args_is_help=True, help="Inspect a company's export and train on it as a durable job.")
 jobs_app = typer.Typer(no_args_is_help=True, help="List, show, cancel and resume company jobs.")
@@ -71,39 +82,140 @@ def _run_and_report(store: Any, job_id: str, as_json: bool) -> None:
 
 # --------------------------------------------------------------------------- company
 
+BUILD_OPTIONS = ("seed", "max_tasks", "train_cases_per_task", "eval_cases_per_task", "eval_percent", "scan_limit")
+"""BuildConfig fields that are options of ``company inspect`` and ``company train`` (``--seed`` also seeds training)."""
+TRAINING_OPTIONS = ("full", "lora_rank", "learning_rate", "weight_decay", "max_length", "max_turns", "max_new_tokens",
+                    "eval_limit")
+"""TrainConfig fields both stages use: one unprefixed flag sets the SFT and the RL value."""
+SFT_OPTIONS = ("epochs", "batch_size", "lr_scheduler", "warmup_ratio", "packing", "group_by_length",
+               "grounding_repeats", "answer_quote_repeats")
+"""TrainConfig fields of the SFT stage only: ``--sft-*``."""
+RL_OPTIONS = ("steps", "group_size", "batch_size", "temperature")
+"""TrainConfig fields of the RL (GRPO) stage only: ``--rl-*``."""
+TINY_OPTIONS = ("seed", "hidden_size", "num_layers", "num_heads", "vocab_size")
+"""TinyModelConfig fields: ``--tiny-*`` (used with ``--base-model tiny`` only)."""
+SPELLED = {"full": ("--full/--lora",)}
+SFT_SPELLED = {"batch_size": ("--sft-batch-size", "--batch-size")}
+RL_SPELLED = {"group_size": ("--group-size", "--rl-group-size")}
+"""Flags kept as the company CLI has always spelled them (by field name, per group)."""
+SEED_HELP = "Seed for minting, wording and the split, and for SFT and GRPO (data order, initialisation, sampling)."
 
-@company_app.command()
+
+def _text(value: Any) -> str:
+    return "none" if value is None else str(value)
+
+
+def _defaults(part: str, names: tuple[str, ...]) -> dict[str, str]:
+    """The default of each field for a real base, and for --base-model tiny where that differs."""
+    from blobkit.company import TINY, CompanyConfig
+
+    real, tiny = CompanyConfig(), CompanyConfig.for_base(TINY)
+    shown = {}
+    for name in names:
+        values = [_text(getattr(getattr(config, part), name)) for config in (real, tiny)]
+        shown[name] = values[0] if values[0] == values[1] else f"{values[0]}; --base-model tiny: {values[1]}"
+    return shown
+
+
+def _train_options() -> list[Parameter]:
+    """``company train``'s options, generated from the parts of CompanyConfig (help: each field's docstring)."""
+    from blobkit.builder import BuildConfig
+    from blobkit.company import CompanyBudgets
+    from trainers.config import TrainConfig
+    from trainers.tiny_model import TinyModelConfig
+
+    return [
+        *model_options(BuildConfig, only=BUILD_OPTIONS, defaults=_defaults("build", BUILD_OPTIONS),
+                       helps={"seed": SEED_HELP}),
+        *model_options(TrainConfig, only=TRAINING_OPTIONS, defaults=_defaults("sft", TRAINING_OPTIONS),
+                       flags=SPELLED, helps={"eval_limit": "Evaluate at most this many held-out cases (none: all)."}),
+        *model_options(TrainConfig, only=SFT_OPTIONS, prefix="sft_", defaults=_defaults("sft", SFT_OPTIONS),
+                       flags=SFT_SPELLED, helps={"batch_size": "Rows per SFT optimizer step."}),
+        *model_options(TrainConfig, only=RL_OPTIONS, prefix="rl_", defaults=_defaults("rl", RL_OPTIONS),
+                       flags=RL_SPELLED,
+                       helps={"batch_size": "Episodes per GRPO step (batch_size // group_size prompts); default: "
+                                            "one prompt per step."}),
+        *model_options(TinyModelConfig, only=TINY_OPTIONS, prefix="tiny_", defaults=_defaults("tiny", TINY_OPTIONS)),
+        *model_options(CompanyBudgets, defaults=_defaults("budgets", tuple(CompanyBudgets.model_fields))),
+    ]
+
+
+@contextmanager
+def _config_errors() -> Iterator[None]:
+    """A config the options make invalid is a ConfigError naming the field (one line, exit 2)."""
+    from pydantic import ValidationError
+
+    try:
+        yield
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(map(str, first["loc"]))
+        raise ConfigError(f"{exc.title}: {where + ': ' if where else ''}{first['msg']}") from None
+
+
+def company_config(base_model: str, options: dict[str, Any]) -> CompanyConfig:
+    """The job's CompanyConfig: the recipe for ``base_model``, then the options given."""
+    from blobkit.builder import BuildConfig
+    from blobkit.company import CompanyBudgets, CompanyConfig
+    from trainers.config import TrainConfig
+    from trainers.tiny_model import TinyModelConfig
+
+    training = {**given(options, BuildConfig, only=("seed",)), **given(options, TrainConfig, only=TRAINING_OPTIONS)}
+    with _config_errors():
+        return CompanyConfig.for_base(
+            base_model, build=given(options, BuildConfig, only=BUILD_OPTIONS),
+            sft={**training, **given(options, TrainConfig, only=SFT_OPTIONS, prefix="sft_")},
+            rl={**training, **given(options, TrainConfig, only=RL_OPTIONS, prefix="rl_")},
+            tiny=given(options, TinyModelConfig, only=TINY_OPTIONS, prefix="tiny_"),
+            budgets=given(options, CompanyBudgets))
+
+
+def _inspect_options() -> list[Parameter]:
+    from blobkit.builder import BuildConfig
+    from blobkit.company import CompanyConfig
+
+    shown = {name: _text(getattr(CompanyConfig().build, name)) for name in BUILD_OPTIONS}
+    return model_options(BuildConfig, only=BUILD_OPTIONS, defaults=shown,
+                         helps={"seed": "Seed for minting, wording and the split."})
+
+
 def inspect(source: Path = typer.Option(..., "--source", help="The export: world.json or a packaged world."),
-            seed: int = typer.Option(42, "--seed", help="Seed for minting and the split."),
-            eval_cases: int = typer.Option(1, "--eval-cases", min=1, help="Held-out cases per task."),
-            as_json: bool = typer.Option(False, "--json", help="Print the report as JSON.")) -> None:
-    """Compile and qualify an export without training; say whether it can be trained (exit 1 if not).
+            as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."), **options: Any) -> None:
+    """Compile and qualify an export without training or writing anything; say whether it can be trained.
+
+    Exits 1 when it cannot. The kit is built in memory with the company's build settings for a real base.
 
     Example: blobkit company inspect --source examples/retail_desk/world.json --json
     """
+    from blobkit.builder import BuildConfig
     from blobkit.company import CompanyConfig, inspect_source
 
-    report = inspect_source(source, CompanyConfig(seed=seed, eval_cases=eval_cases))
+    with _config_errors():
+        build = BuildConfig(**{**CompanyConfig().build.model_dump(), **given(options, BuildConfig)})
+    report = inspect_source(source, CompanyConfig(build=build))
     if as_json:
         echo_json(report)
     else:
-        typer.echo(f"{source}: {report['verdict']}")
-        if report["valid"]:
-            state = report["state"]
-            typer.echo(f"  world {report['world']['id']}: {report['policies']} policies, "
-                       f"{len(report['tools'])} tools, tables {state['tables']}, anchor rows {state['anchor_rows']}")
-        if "admission" in report:
-            admission = report["admission"]
-            typer.echo(f"  minting and gating admit {admission['tasks_admitted']} tasks "
-                       f"({admission['tasks_rejected']} rejected): {admission['train_cases']} training and "
-                       f"{admission['eval_cases']} held-out cases, {admission['sft_rows']} SFT rows")
-        for reason in report["reasons"]:
-            typer.echo(f"  reason: {reason}")
+        typer.echo("\n".join(_report_lines(source, report)))
     if not report["trainable"]:
         raise typer.Exit(1)
 
 
-@company_app.command()
+def _report_lines(source: Path, report: dict[str, Any]) -> list[str]:
+    """A human summary of an inspection report."""
+    lines = [f"{source}: {report['verdict']}"]
+    if report["valid"]:
+        state = report["state"]
+        lines.append(f"  world {report['world']['id']}: {report['policies']} policies, {len(report['tools'])} tools, "
+                     f"tables {state['tables']}, anchor rows {state['anchor_rows']}")
+    if "admission" in report:
+        admission = report["admission"]
+        lines.append(f"  minting and gating admit {admission['tasks_admitted']} tasks ({admission['tasks_rejected']} "
+                     f"rejected): {admission['train_cases']} training and {admission['eval_cases']} held-out cases, "
+                     f"{admission['sft_rows']} SFT rows")
+    return lines + [f"  reason: {reason}" for reason in report["reasons"]]
+
+
 def train(source: Path = typer.Option(..., "--source", help="The export: world.json or a packaged world."),
           base_model: str = typer.Option(..., "--base-model",
                                          help="Catalog id (blobkit models), a local model directory, or 'tiny': "
@@ -111,43 +223,22 @@ def train(source: Path = typer.Option(..., "--source", help="The export: world.j
           job_store: Path = typer.Option(..., "--job-store", help=STORE_HELP),
           run: bool = typer.Option(False, "--run", help="Run the pipeline now (otherwise the job is only queued)."),
           revision: str | None = typer.Option(None, "--revision", help="Pinned revision of a hub base."),
-          seed: int | None = typer.Option(None, "--seed"),
-          train_cases: int | None = typer.Option(None, "--train-cases", help="Training cases per task (48)."),
-          eval_cases: int | None = typer.Option(None, "--eval-cases", help="Held-out cases per task (1)."),
-          sft_epochs: float | None = typer.Option(None, "--sft-epochs", help="SFT epochs (5)."),
-          rl_steps: int | None = typer.Option(None, "--rl-steps", help="GRPO steps (4)."),
-          group_size: int | None = typer.Option(None, "--group-size", help="GRPO attempts per prompt (2)."),
-          full: bool | None = typer.Option(None, "--full/--lora", help="All weights or LoRA (tiny: --full)."),
-          lora_rank: int | None = typer.Option(None, "--lora-rank"),
-          learning_rate: float | None = typer.Option(None, "--lr", help="2e-4 (tiny: 2e-3)."),
-          batch_size: int | None = typer.Option(None, "--batch-size"),
-          max_length: int | None = typer.Option(None, "--max-length"),
-          eval_limit: int | None = typer.Option(None, "--eval-limit", help="Held-out cases per model (10)."),
-          max_turns: int | None = typer.Option(None, "--max-turns", help="Turn cap of an episode (4)."),
-          max_new_tokens: int | None = typer.Option(None, "--max-new-tokens", help="Tokens per turn (128)."),
-          max_minutes: float | None = typer.Option(None, "--max-minutes", help="Budget: active minutes (30)."),
-          max_model_calls: int | None = typer.Option(None, "--max-model-calls", help="Budget: model calls (200)."),
-          tiny_hidden_size: int | None = typer.Option(None, "--tiny-hidden-size", help="tiny: hidden size (128)."),
-          tiny_layers: int | None = typer.Option(None, "--tiny-layers", help="tiny: layers (4)."),
-          tiny_vocab_size: int | None = typer.Option(None, "--tiny-vocab-size", help="tiny: vocabulary (2048)."),
-          as_json: bool = typer.Option(False, "--json", help="Print the job record as JSON.")) -> None:
+          as_json: bool = typer.Option(False, "--json", help="Print the job record as JSON."),
+          **options: Any) -> None:
     """Create a company job: qualify → kit → SFT → RL → evaluate → export → replay in a fresh process.
 
     Without --run the job is queued (run it later with jobs resume). --base-model tiny builds a tiny
-    random-weight model from the kit, so the whole pipeline runs offline on a CPU.
+    random-weight model from the kit, so the whole pipeline runs offline on a CPU. Training settings
+    start from a TrainConfig preset (tiny for --base-model tiny, as the demo; lora for a real base)
+    with the company's own choices on top; each default below names both where they differ. Training
+    flags without a prefix set both stages; --sft-* and --rl-* set one.
 
     Example: blobkit company train --source examples/retail_desk/world.json --base-model tiny
     --job-store ./company-jobs --run
     """
-    from blobkit.company import CompanyConfig, create_job
-    from blobkit.jobs import JobStore
+    from blobkit.company import JobStore, create_job
 
-    config = CompanyConfig.for_base(
-        base_model, seed=seed, train_cases=train_cases, eval_cases=eval_cases, sft_epochs=sft_epochs,
-        rl_steps=rl_steps, group_size=group_size, full=full, lora_rank=lora_rank, learning_rate=learning_rate,
-        batch_size=batch_size, max_length=max_length, eval_limit=eval_limit, max_turns=max_turns,
-        max_new_tokens=max_new_tokens, max_minutes=max_minutes, max_model_calls=max_model_calls,
-        tiny_hidden_size=tiny_hidden_size, tiny_layers=tiny_layers, tiny_vocab_size=tiny_vocab_size)
+    config = company_config(base_model, options)
     with JobStore(job_store) as store:
         job_id = create_job(store, source, base_model, config, revision)
         if not run:
@@ -170,7 +261,7 @@ def list_jobs(job_store: Path = typer.Option(..., "--job-store", help=STORE_HELP
 
     Example: blobkit jobs list --job-store ./company-jobs --json
     """
-    from blobkit.jobs import JobStore
+    from blobkit.company import JobStore
 
     with JobStore(job_store, create=False) as store:
         jobs = store.list_jobs()
@@ -190,7 +281,7 @@ def show(job_id: str = typer.Argument(..., help="Job id (see jobs list)."),
 
     Example: blobkit jobs show job-0123456789ab --job-store ./company-jobs --json
     """
-    from blobkit.jobs import JobStore
+    from blobkit.company import JobStore
 
     with JobStore(job_store, create=False) as store:
         job = store.get(job_id)
@@ -208,7 +299,7 @@ def cancel(job_id: str = typer.Argument(..., help="Job id (see jobs list)."),
 
     Example: blobkit jobs cancel job-0123456789ab --job-store ./company-jobs
     """
-    from blobkit.jobs import JobStore
+    from blobkit.company import JobStore
 
     with JobStore(job_store, create=False) as store:
         status = store.request_cancel(job_id, reason)
@@ -226,7 +317,7 @@ def resume(job_id: str = typer.Argument(..., help="Job id (see jobs list)."),
 
     Example: blobkit jobs resume job-0123456789ab --job-store ./company-jobs
     """
-    from blobkit.jobs import JobStore
+    from blobkit.company import JobStore
 
     with JobStore(job_store, create=False) as store:
         _run_and_report(store, job_id, as_json)
@@ -234,5 +325,7 @@ def resume(job_id: str = typer.Argument(..., help="Job id (see jobs list)."),
 
 def register(app: typer.Typer) -> None:
     """Add the company and jobs command groups to the CLI."""
+    company_app.command()(with_parameters(inspect, _inspect_options()))
+    company_app.command()(with_parameters(train, _train_options()))
     app.add_typer(company_app, name="company")
     app.add_typer(jobs_app, name="jobs")

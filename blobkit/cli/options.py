@@ -46,18 +46,26 @@ def _shown(value: Any) -> str:
     return "none" if value is None else str(value)
 
 
-def _flags(name: str, annotation: Any) -> tuple[str, ...]:
-    flags = FLAG_NAMES.get(name, ("--" + name.replace("_", "-"),))
-    if annotation is bool:
-        return (f"{flags[0]}/--no-{flags[0][2:]}", *flags[1:])
-    return flags
+def _flags(name: str, annotation: Any, prefix: str = "", spelled: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The flags of a field: ``spelled`` as given, else its usual flags with ``prefix`` after the dashes."""
+    if spelled is None:
+        dashed = prefix.replace("_", "-")
+        spelled = tuple("--" + dashed + flag[2:] for flag in FLAG_NAMES.get(name, ("--" + name.replace("_", "-"),)))
+    if annotation is bool and "/" not in spelled[0]:
+        return (f"{spelled[0]}/--no-{spelled[0][2:]}", *spelled[1:])
+    return spelled
 
 
 def model_options(model: type[BaseModel], *, only: Iterable[str] | None = None,
-                  skip: Iterable[str] = (), defaults: Mapping[str, Any] | None = None) -> list[inspect.Parameter]:
+                  skip: Iterable[str] = (), defaults: Mapping[str, Any] | None = None, prefix: str = "",
+                  flags: Mapping[str, tuple[str, ...]] | None = None,
+                  helps: Mapping[str, str] | None = None) -> list[inspect.Parameter]:
     """One keyword option per field of ``model`` (``only`` those, less ``skip``), each defaulting to None.
 
     ``defaults`` replaces the default shown in the help (a command that applies a preset shows its values).
+    ``prefix`` goes in front of each parameter name and flag (``sft_`` makes ``epochs`` the parameter
+    ``sft_epochs`` and the flag ``--sft-epochs``), so one model can give options twice; ``flags`` spells a
+    field's flags outright and ``helps`` replaces a field's help (both by field name).
     """
     hints = typing.get_type_hints(model)
     chosen = list(only) if only is not None else list(model.model_fields)
@@ -67,15 +75,21 @@ def model_options(model: type[BaseModel], *, only: Iterable[str] | None = None,
         if name in set(skip):
             continue
         info, annotation = model.model_fields[name], hints[name]
-        option = typer.Option(None, *_flags(name, annotation), help=_help(info), show_default=_shown(shown[name]))
-        parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
+        option = typer.Option(None, *_flags(name, annotation, prefix, (flags or {}).get(name)),
+                              help=(helps or {}).get(name, _help(info)), show_default=_shown(shown[name]))
+        parameters.append(inspect.Parameter(prefix + name, inspect.Parameter.KEYWORD_ONLY, default=option,
                                             annotation=_optional(annotation)))
     return parameters
 
 
-def given(values: Mapping[str, Any], model: type[BaseModel]) -> dict[str, Any]:
-    """The options of ``model`` that were given on the command line (those not left at None)."""
-    return {name: value for name, value in values.items() if name in model.model_fields and value is not None}
+def given(values: Mapping[str, Any], model: type[BaseModel], *, only: Iterable[str] | None = None,
+          prefix: str = "") -> dict[str, Any]:
+    """The options of ``model`` (``only`` those; named with ``prefix``) given on the command line (not left at None).
+
+    Returns field values by field name.
+    """
+    names = list(model.model_fields if only is None else only)
+    return {name: values[prefix + name] for name in names if values.get(prefix + name) is not None}
 
 
 def with_parameters(function: Callable[..., Any], parameters: list[inspect.Parameter]) -> Callable[..., Any]:

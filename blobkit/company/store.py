@@ -18,10 +18,8 @@ check is ``passed``, ``failed`` or ``not_run``.
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets
-import socket
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
@@ -33,68 +31,10 @@ from typing import Any
 from blobkit.errors import JobError, JobNotFoundError
 from world_format.canonical import atomic_write_json, canonical_json, file_sha256
 
-SCHEMA_VERSION = 1
-DB_FILE = "jobs.sqlite"
-JOBS_DIR = "jobs"
-STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
-FINAL_STATUSES = ("succeeded", "failed", "cancelled")
-LEVELS = ("info", "warning", "error")
-CHECK_STATES = ("passed", "failed", "not_run")
-USAGE_FIELDS = ("model_calls", "tokens", "optimizer_updates")
-HEARTBEAT_STALE_S = 120.0
-_JOB_ID = re.compile(r"^job-[0-9a-f]{12}$")
+from .schema import CHECK_STATES, DB_FILE, FINAL_STATUSES, JOBS_DIR, LEVELS, USAGE_FIELDS, migrate
+from .workers import worker_alive
 
-_SCHEMA = (
-    f"""CREATE TABLE jobs (
-        id TEXT PRIMARY KEY,
-        created_at REAL NOT NULL,
-        updated_at REAL NOT NULL,
-        status TEXT NOT NULL CHECK (status IN ({", ".join(repr(s) for s in STATUSES)})),
-        identity TEXT NOT NULL,
-        worker TEXT,
-        heartbeat_at REAL,
-        cancel_reason TEXT,
-        cancel_requested_at REAL,
-        active_seconds REAL NOT NULL DEFAULT 0,
-        model_calls INTEGER NOT NULL DEFAULT 0,
-        model_calls_exact INTEGER NOT NULL DEFAULT 1,
-        tokens INTEGER NOT NULL DEFAULT 0,
-        optimizer_updates INTEGER NOT NULL DEFAULT 0,
-        results TEXT NOT NULL DEFAULT '{{}}',
-        replay TEXT,
-        checks TEXT NOT NULL,
-        outcome TEXT
-    )""",
-    f"""CREATE TABLE events (
-        job_id TEXT NOT NULL REFERENCES jobs(id),
-        seq INTEGER NOT NULL,
-        at REAL NOT NULL,
-        stage TEXT NOT NULL,
-        level TEXT NOT NULL CHECK (level IN ({", ".join(repr(s) for s in LEVELS)})),
-        message TEXT NOT NULL,
-        data TEXT,
-        PRIMARY KEY (job_id, seq)
-    )""",
-    """CREATE TABLE checkpoints (
-        job_id TEXT NOT NULL REFERENCES jobs(id),
-        stage TEXT NOT NULL,
-        position INTEGER NOT NULL,
-        started_at REAL NOT NULL,
-        completed_at REAL NOT NULL,
-        record TEXT NOT NULL,
-        artifacts TEXT NOT NULL,
-        PRIMARY KEY (job_id, stage)
-    )""",
-    """CREATE TABLE errors (
-        job_id TEXT NOT NULL REFERENCES jobs(id),
-        seq INTEGER NOT NULL,
-        at REAL NOT NULL,
-        stage TEXT NOT NULL,
-        code TEXT NOT NULL,
-        message TEXT NOT NULL,
-        PRIMARY KEY (job_id, seq)
-    )""",
-)
+_JOB_ID = re.compile(r"^job-[0-9a-f]{12}$")
 
 
 def _iso(timestamp: float | None) -> str | None:
@@ -105,31 +45,6 @@ def _iso(timestamp: float | None) -> str | None:
 
 def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
-
-
-def worker_id() -> str:
-    """This process as a worker: ``host:pid``."""
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def worker_alive(worker: str | None, heartbeat_at: float | None) -> bool:
-    """Whether a recorded worker may still be running.
-
-    On this host the pid decides; for another host, a heartbeat younger than
-    ``HEARTBEAT_STALE_S`` counts as alive (we cannot see its processes).
-    """
-    if not worker:
-        return False
-    host, _, pid_text = worker.rpartition(":")
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return heartbeat_at is not None and time.time() - heartbeat_at < HEARTBEAT_STALE_S
-    try:
-        os.kill(int(pid_text), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def check_job_id(job_id: str) -> str:
@@ -194,14 +109,7 @@ class JobStore:
 
     def _migrate(self) -> None:
         with self._write() as conn:
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise JobError(f"{self.root}: job store schema {version} is newer than this blobkit "
-                               f"({SCHEMA_VERSION}); upgrade blobkit")
-            if version == 0:
-                for statement in _SCHEMA:
-                    conn.execute(statement)
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            migrate(conn, self.root)
 
     def _row(self, conn: sqlite3.Connection, job_id: str) -> sqlite3.Row:
         conn.row_factory = sqlite3.Row

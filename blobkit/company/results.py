@@ -1,0 +1,41 @@
+"""A job's measured results, assembled from its stage records; nothing is re-run or invented here.
+
+Every number names the stage that measured it: base and SFT come from the SFT stage (which
+evaluates the base and the reloaded SFT export on the held-out cases), RL from the RL stage.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SUMMARY_KEYS = ("pass_rate", "cases", "passed", "per_template", "tool_call_parse_failures", "refusal")
+
+
+def _summary(evaluation: dict[str, Any], measured_by: str) -> dict[str, Any]:
+    return {**{k: evaluation[k] for k in SUMMARY_KEYS if k in evaluation}, "measured_by": measured_by}
+
+
+def assemble_results(records: dict[str, dict[str, Any]], complete: bool) -> dict[str, Any]:
+    """Measured results from stage records: base and SFT from the SFT stage, RL from the RL stage."""
+    results: dict[str, Any] = {"complete": complete}
+    kit = records.get("kit", {}).get("frozen", {})
+    sft = records.get("sft", {}).get("report")
+    rl = records.get("rl", {}).get("report")
+    if sft:
+        results["base"] = _summary(sft["base"], "sft stage: the base model before training")
+        results["sft"] = _summary(sft["sft"], "sft stage: the exported SFT model, reloaded")
+        results["sft_minus_base"] = {"pass_rate": round(sft["sft"]["pass_rate"] - sft["base"]["pass_rate"], 4),
+                                     "cases": sft["sft"]["cases"]}
+        results["sft_stopped_by"] = sft.get("stopped_by")
+    if rl and "rl" in rl:
+        results["rl"] = _summary(rl["rl"], "rl stage: the exported RL model")
+        results["rl_minus_sft"] = rl["rl_minus_sft"]
+        results["rl_stopped_by"] = rl.get("stopped_by")
+        if sft and rl.get("sft", {}).get("pass_rate") != sft["sft"]["pass_rate"]:
+            results["sft_as_measured_by_rl"] = _summary(rl["sft"], "rl stage: its own evaluation of the SFT start")
+    evaluated = [results[name]["cases"] for name in ("base", "sft", "rl") if name in results]
+    if kit and evaluated:
+        results["held_out"] = {"cases_in_kit": kit["eval_cases"], "cases_evaluated": min(evaluated),
+                               "coverage": round(min(evaluated) / kit["eval_cases"], 4),
+                               "case_counts_match": len(set(evaluated)) == 1}
+    return results

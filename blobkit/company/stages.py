@@ -1,0 +1,299 @@
+"""What each stage of a company job does; the runner (:mod:`blobkit.company.runner`) calls them in order.
+
+``qualify`` → ``kit`` → ``sft`` → ``rl`` → ``evaluate`` → ``export`` → ``replay``
+
+* ``qualify``: validate the source and execute the kit build in memory (minting, the gate, the split,
+  the replay of every training case; :func:`~blobkit.company.inspect.qualify_source`), then write that
+  kit into the job directory. A job builds its kit once.
+* ``kit``: open the written kit (every file against kit.json), re-execute its probes and replays
+  (:func:`blobkit.verify.verify_kit`), freeze the training and held-out cases, and prepare the base:
+  with ``--base-model tiny`` the tiny model built from the kit's text.
+* ``sft``: ``trainers.run.run_training`` with ``config.sft`` (it evaluates the base and the reloaded SFT
+  export on the held-out cases).
+* ``rl``: ``run_training`` with ``config.rl``, warm-started from the SFT export (it evaluates SFT and RL
+  on the same held-out cases and reports ``rl_minus_sft``).
+* ``evaluate``: gather the measured base/SFT/RL results and held-out coverage (:mod:`.results`).
+* ``export``: verify the RL export's checksums and copy it into the job directory.
+* ``replay``: replay one held-out case with the export reloaded in a fresh process (:mod:`.replay`).
+
+A stage's ``TrainConfig`` is the composed one with only :data:`RUN_FIELDS` filled in (:func:`run_config`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from blobkit.builder import write_kit
+from blobkit.errors import NotTrainableError
+from trainers.config import TrainConfig
+from world_format.canonical import file_sha256, fsync_dir, replace_dir, staging_dir
+from world_format.kit import Kit, open_kit
+
+from .budget import JobBudget, replay_worst_case, rl_calls, sft_calls
+from .config import TARGET, TINY, CompanyConfig
+from .identity import checked_source
+from .inspect import qualify_source
+from .replay import replay_export, replay_summary, run_spawned
+from .results import assemble_results
+from .store import JobStore
+
+CHECKS = ("source_valid", "trainable", "kit_leakage_free", "kit_verified", "sft_updates_applied",
+          "sft_beats_base", "rl_updates_applied", "rl_beats_sft", "heldout_evaluated", "export_verified",
+          "replay_passed")
+"""Every check a job reports, in order; each is passed, failed or not_run."""
+RUN_FIELDS = frozenset({"kit", "base", "revision", "out", "method", "target", "init_adapter", "max_model_calls",
+                        "max_minutes"})
+"""The TrainConfig fields a stage fills in: where it runs (kit, base, output folder, method, target, warm start)
+and the budget the job has left. Every other training setting comes from the composed config unchanged."""
+
+
+@dataclass
+class StageOutcome:
+    """What a stage produced."""
+
+    record: dict[str, Any]
+    artifacts: dict[str, Path] = field(default_factory=dict)
+    usage: dict[str, int] = field(default_factory=dict)
+    calls_exact: bool = True
+    checks: dict[str, tuple[bool, str]] = field(default_factory=dict)
+    stopped_by: str | None = None
+
+
+@dataclass
+class StageContext:
+    """What a stage may read and call: the job, its config, the records of finished stages, the budget."""
+
+    store: JobStore
+    job_id: str
+    identity: dict[str, Any]
+    config: CompanyConfig
+    records: dict[str, dict[str, Any]]
+    budget: JobBudget
+    stop: Callable[..., str | None]
+    """Why the job must stop now, or None; ``stop(force=True)`` polls the store at once."""
+    log: Callable[[str], Callable[[str], None]]
+    """``log(stage)``: a trainer ``log`` callable that records each line as an event of ``stage``."""
+
+    @property
+    def dir(self) -> Path:
+        """The job's artifact directory."""
+        return self.store.job_dir(self.job_id)
+
+    @property
+    def kit_dir(self) -> Path:
+        """The kit the qualify stage wrote."""
+        return Path(self.records["qualify"]["build"]["kit"]["path"])
+
+    def eval_cases(self) -> int:
+        """Held-out cases in the frozen kit (0 before the kit stage)."""
+        return int(self.records.get("kit", {}).get("frozen", {}).get("eval_cases", 0))
+
+
+def run_config(composed: TrainConfig, **run: Any) -> TrainConfig:
+    """``composed`` with only :data:`RUN_FIELDS` filled in (validated again, as the trainers receive it)."""
+    unknown = sorted(set(run) - RUN_FIELDS)
+    if unknown:
+        raise ValueError(f"a stage fills in run fields only, not {unknown}")
+    return TrainConfig.model_validate({**composed.model_dump(), **run})
+
+
+# --------------------------------------------------------------------------- qualify and kit
+
+
+def stage_qualify(ctx: StageContext) -> StageOutcome:
+    report, built = qualify_source(checked_source(ctx.identity), ctx.config.build)
+    path = ctx.store.write_json_artifact(ctx.job_id, "inspection.json", report)
+    ctx.store.set_check(ctx.job_id, "source_valid", "passed" if report["valid"] else "failed",
+                        "; ".join(report["reasons"]) or report["kind"])
+    if report["valid"]:
+        ctx.store.set_check(ctx.job_id, "trainable", "passed" if report["trainable"] else "failed", report["verdict"])
+    if built is None:
+        raise NotTrainableError(f"{report['verdict']}: {'; '.join(report['reasons'])}")
+    build = write_kit(built, ctx.dir / "kit")
+    record = {"verdict": report["verdict"], "world": report["world"], "admission": report["admission"],
+              "build": build}
+    artifacts = {"inspection": path, "kit": Path(build["kit"]["path"]) / "kit.json",
+                 "kit_archive": Path(build["kit"]["archive"])}
+    return StageOutcome(record, artifacts)
+
+
+def _prepare_base(ctx: StageContext, kit: Kit) -> dict[str, Any]:
+    """The base model: the tiny model built from the kit's text, or the catalog/local model."""
+    base = ctx.identity["base_model"]
+    if base["id"] != TINY:
+        return {"source": base["source"], "name_or_path": base["name_or_path"], "revision": base["revision"]}
+    from trainers.tiny_model import build_tiny_model, row_texts
+
+    out = build_tiny_model(row_texts(kit.rows()), ctx.dir / "base", ctx.config.tiny)
+    weights = file_sha256(out / "model.safetensors")
+    return {"source": TINY, "name_or_path": str(out), "revision": f"tiny-sha256:{weights}"}
+
+
+def _verified(verification: dict[str, Any], archive_ok: bool) -> tuple[bool, str]:
+    """The kit_verified check: every file matches kit.json, every probe and replay re-executes identically."""
+    problems = verification["mismatches"] + ([] if archive_ok else ["the kit archive changed since qualify wrote it"])
+    if problems:
+        return False, f"{len(problems)} problem(s): {'; '.join(problems[:3])}"
+    return True, (f"every file matches kit.json; {verification['tasks_checked']} probe matrices, "
+                  f"{verification['train_cases_replayed']} training replays and {verification['eval_cases_checked']} "
+                  "held-out cases re-executed identically; the archive is the one qualify wrote")
+
+
+def stage_kit(ctx: StageContext) -> StageOutcome:
+    from blobkit.verify import verify_kit
+
+    build = ctx.records["qualify"]["build"]
+    with open_kit(ctx.kit_dir) as kit:
+        verification = verify_kit(kit)
+        leakage = kit.meta["leakage"]
+        frozen = {"train_cases": build["train_cases"], "eval_cases": build["eval_cases"], "kit_sha256": kit.sha256,
+                  "train_cases_sha256": file_sha256(kit.path("train_cases.jsonl")),
+                  "eval_cases_sha256": file_sha256(kit.path("eval_cases.jsonl")), "leakage": leakage}
+        base = _prepare_base(ctx, kit)
+    archive_ok = file_sha256(Path(build["kit"]["archive"])) == build["kit"]["sha256"]
+    path = ctx.store.write_json_artifact(ctx.job_id, "kit_verification.json", verification)
+    artifacts = {"verification": path}
+    if base["source"] == TINY:
+        artifacts["base_weights"] = Path(base["name_or_path"]) / "model.safetensors"
+    checks = {"kit_leakage_free": (leakage["shared_anchors"] == 0,
+                                   f"{leakage['shared_anchors']} anchors shared between train and held-out"),
+              "kit_verified": _verified(verification, archive_ok)}
+    record = {"verification": {k: verification[k] for k in ("verified", "tasks_checked", "train_cases_replayed",
+                                                            "eval_cases_checked")}, "frozen": frozen, "base": base}
+    return StageOutcome(record, artifacts, checks=checks)
+
+
+# --------------------------------------------------------------------------- training
+
+
+def _train_config(ctx: StageContext, stage: str, **budget: Any) -> TrainConfig:
+    """The stage's TrainConfig: ``config.sft`` or ``config.rl`` with the run's location (and ``budget``) filled in."""
+    base = ctx.records["kit"]["base"]
+    composed, method = (ctx.config.sft, "sft") if stage == "sft" else (ctx.config.rl, "grpo")
+    return run_config(composed, kit=ctx.kit_dir, base=base["name_or_path"], method=method, target=TARGET,
+                      revision=base["revision"] if base["source"] == "hub" else None, out=ctx.dir / stage, **budget)
+
+
+def _train(ctx: StageContext, stage: str, config: TrainConfig) -> dict[str, Any]:
+    """Plan then run one training method on the kit (the trainers write their own artifacts)."""
+    from trainers.plan import plan
+    from trainers.run import run_training
+
+    with open_kit(ctx.kit_dir) as kit:
+        rows = kit.rows()
+        plan_record = plan(config, kit, rows, kit.path("sft.jsonl"))
+        report = run_training(config, kit, rows, plan_record, ctx.log(stage), ctx.stop)
+    return {"plan": {k: plan_record[k] for k in ("rows", "tokens", "estimated_optimizer_steps", "base")},
+            "report": report}
+
+
+def _training_artifacts(config: TrainConfig) -> dict[str, Path]:
+    return {"plan": config.out / "plan.json", "eval": config.out / "eval.json",
+            "export": config.out / "export" / "manifest.json"}
+
+
+def stage_sft(ctx: StageContext) -> StageOutcome:
+    config = _train_config(ctx, "sft")
+    trained = _train(ctx, "sft", config)
+    report = trained["report"]
+    calls, exact = sft_calls(report, config)
+    updates = int(report["optimizer_updates"])
+    tokens = trained["plan"]["tokens"].get("tokens", 0)
+    steps_per_epoch = -(-trained["plan"]["rows"] // config.batch_size)
+    usage = {"model_calls": calls, "optimizer_updates": updates, "tokens": round(tokens * updates / steps_per_epoch)}
+    gain = round(report["sft"]["pass_rate"] - report["base"]["pass_rate"], 4)
+    checks = {"sft_updates_applied": (updates > 0, f"{updates} optimizer updates"),
+              "sft_beats_base": (gain > 0, f"SFT {report['sft']['pass_rate']} vs base {report['base']['pass_rate']} "
+                                           f"on {report['sft']['cases']} held-out cases")}
+    record = {**trained, "model_calls": calls, "model_calls_exact": exact}
+    return StageOutcome(record, _training_artifacts(config), usage, exact, checks, report.get("stopped_by"))
+
+
+def stage_rl(ctx: StageContext) -> StageOutcome:
+    rollout_calls = ctx.budget.rollout_allowance(ctx.config, ctx.eval_cases())
+    config = _train_config(ctx, "rl", init_adapter=ctx.dir / "sft" / "export", max_model_calls=rollout_calls,
+                           max_minutes=ctx.budget.minutes_left())
+    trained = _train(ctx, "rl", config)
+    report = trained["report"]
+    updates = int(report["optimizer_updates"])
+    calls, exact = rl_calls(report, config)
+    usage = {"model_calls": calls, "optimizer_updates": updates, "tokens": int(report.get("tokens", 0))}
+    delta = report["rl_minus_sft"]
+    checks = {"rl_updates_applied": (updates > 0, f"{updates} optimizer updates in {report.get('steps_completed')} "
+                                                  "steps"),
+              "rl_beats_sft": (delta["pass_rate"] > 0, f"rl_minus_sft {delta['pass_rate']} on {delta['cases']} "
+                                                       "held-out cases")}
+    record = {**trained, "model_calls": calls, "model_calls_exact": exact,
+              "rollout_model_calls_allowed": rollout_calls}
+    return StageOutcome(record, _training_artifacts(config), usage, exact, checks, report.get("stopped_by"))
+
+
+# --------------------------------------------------------------------------- evaluate, export, replay
+
+
+def stage_evaluate(ctx: StageContext) -> StageOutcome:
+    results = assemble_results(ctx.records, complete=True)
+    path = ctx.store.write_json_artifact(ctx.job_id, "results.json", results)
+    ctx.store.set_results(ctx.job_id, results)
+    held_out = results["held_out"]
+    ok = held_out["case_counts_match"] and held_out["cases_evaluated"] > 0
+    detail = (f"base, SFT and RL each ran {held_out['cases_evaluated']} of {held_out['cases_in_kit']} "
+              "held-out cases" if ok else "the models were not evaluated on the same held-out cases")
+    return StageOutcome(results, {"results": path}, checks={"heldout_evaluated": (ok, detail)})
+
+
+def _copy_durable(source: Path, target: Path) -> None:
+    """Copy a file and fsync it (the folder is fsynced by the caller's rename)."""
+    shutil.copyfile(source, target)
+    with open(target, "rb") as handle:
+        os.fsync(handle.fileno())
+
+
+def stage_export(ctx: StageContext) -> StageOutcome:
+    from trainers.export import verify_export
+
+    source, target = ctx.dir / "rl" / "export", ctx.dir / "export"
+    verify_export(source)
+    staging = staging_dir(target)
+    try:
+        for path in sorted(source.iterdir()):
+            _copy_durable(path, staging / path.name)
+        fsync_dir(staging)
+        replace_dir(staging, target)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    manifest = verify_export(target)
+    record = {"path": str(target), "kind": manifest["kind"], "base": manifest["base"],
+              "kit_sha256": manifest["kit_sha256"], "files": len(manifest["files"])}
+    checks = {"export_verified": (True, f"{len(manifest['files'])} files match manifest.json")}
+    return StageOutcome(record, {"export": target / "manifest.json"}, checks=checks)
+
+
+def stage_replay(ctx: StageContext) -> StageOutcome:
+    export, turns = ctx.dir / "export", replay_worst_case(ctx.config)
+    run = run_spawned(replay_export, (export, ctx.kit_dir, turns), ctx.stop)
+    if run.stopped_by:
+        return StageOutcome({"replay": "killed", "pid": run.pid}, stopped_by=run.stopped_by)
+    reason = ctx.stop(force=True) if run.error else None
+    if reason:  # the child died of the Ctrl-C that cancels the job
+        return StageOutcome({"replay": "interrupted", "pid": run.pid}, stopped_by=reason)
+    replay = replay_summary(run, f"trainers.replay.replay_case({export}, {ctx.kit_dir}, max_turns={turns})")
+    path = ctx.store.write_json_artifact(ctx.job_id, "replay.json", {**replay, "episode": run.value})
+    ctx.store.set_replay(ctx.job_id, replay)
+    detail = f"case {replay.get('case_id')}: {replay['outcome']}" + (f" ({replay['error']})" if replay.get("error")
+                                                                    else "")
+    return StageOutcome(replay, {"replay": path}, {"model_calls": replay.get("turns", turns)}, "turns" in replay,
+                        {"replay_passed": (replay["outcome"] == "passed", detail)})
+
+
+STAGE_FUNCTIONS: dict[str, Callable[[StageContext], StageOutcome]] = {
+    "qualify": stage_qualify, "kit": stage_kit, "sft": stage_sft, "rl": stage_rl, "evaluate": stage_evaluate,
+    "export": stage_export, "replay": stage_replay}
+"""Every stage, in the order a job runs them."""
+STAGES = tuple(STAGE_FUNCTIONS)
