@@ -60,7 +60,7 @@ from world_format.models import Step, Task, World  # noqa: E402
 from world_format.pack import package_files  # noqa: E402
 from world_format.runtime import Episode, WorldRuntime  # noqa: E402
 from world_format.sqlguard import Guard  # noqa: E402
-from world_format.state import create_table_sql, quote_identifier  # noqa: E402
+from world_format.state import create_index_sql, create_table_sql, quote_identifier  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "retail_desk"
@@ -181,22 +181,16 @@ def scaled_rows(seed_rows: dict[str, list[list[Any]]], size: int, seed: int = 7)
             "refunds": seed_rows["refunds"] + out.refunds}
 
 
-def foreign_key_indexes(world: World) -> list[str]:
-    """CREATE INDEX statements for every declared foreign-key column.
+def foreign_key_indexes(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """Declared indexes on every foreign-key column of a world document's tables.
 
     A company database with a million orders has these; without them the world's own tool
     SQL (``WHERE customer_id = :customer_id``) scans a whole table on every call, which
-    would measure the world's missing indexes rather than the builder. Indexes are not
-    part of the world's identity (its sha256 hashes rows, not pages).
+    would measure the world's missing indexes rather than the builder. They are declared in
+    the world (a seed may hold only what the world declares).
     """
-    statements = []
-    for table in world.state.tables:
-        for column in table.columns:
-            if column.references:
-                index = quote_identifier(f"idx_{table.name}_{column.name}")
-                statements.append(f"CREATE INDEX {index} ON {quote_identifier(table.name)}"
-                                  f"({quote_identifier(column.name)})")
-    return statements
+    return [{"name": f"idx_{table['name']}_{column['name']}", "table": table["name"], "columns": [column["name"]]}
+            for table in state["tables"] for column in table["columns"] if column.get("references")]
 
 
 def _seed_database(world: World, rows: dict[str, list[list[Any]]], path: Path) -> None:
@@ -210,10 +204,10 @@ def _seed_database(world: World, rows: dict[str, list[list[Any]]], path: Path) -
             conn.execute(create_table_sql(table))
             marks = ", ".join("?" for _ in table.columns)
             conn.executemany(f"INSERT INTO {quote_identifier(table.name)} VALUES ({marks})", rows.get(table.name, []))
+        for index in world.state.indexes:
+            conn.execute(create_index_sql(index))
         for declared in (*world.state.views, *world.state.triggers):
             conn.execute(declared.sql)
-        for sql in foreign_key_indexes(world):
-            conn.execute(sql)
         conn.execute("COMMIT")
     finally:
         conn.close()
@@ -225,6 +219,7 @@ def write_scaled_world(size: int, out: Path) -> tuple[Path, dict[str, int]]:
     document = json.loads(json.dumps(_generator().world_document(BASE_CUSTOMERS, BASE_ORDERS)))
     rows = scaled_rows(document["state"].pop("rows"), size)
     document["state"]["seed"] = SEED_FILE
+    document["state"]["indexes"] = foreign_key_indexes(document["state"])
     world = parse_world(document, f"{EXAMPLE / 'generate.py'} (compact)")
     out.mkdir(parents=True, exist_ok=True)
     _seed_database(world, rows, out / SEED_FILE)

@@ -6,6 +6,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from blobkit.adversaries import stored_pass_rates
+from world_format.errors import WorldFormatError
 from world_format.family import fill, iter_family_rows
 from world_format.kit import KIT_FILE, Kit, open_kit
 from world_format.loader import LoadedWorld, load_world
@@ -15,12 +17,21 @@ def _is_kit(path: Path) -> bool:
     return path.name.endswith(".tar.zst") or (path.is_dir() and (path / KIT_FILE).exists())
 
 
+def _neither(path: Path) -> WorldFormatError:
+    """Why a folder is neither a packaged world nor a kit, and the folder to pass instead when there is one."""
+    inside = sorted(entry.name for entry in path.iterdir() if entry.is_dir())
+    hint = f"; it holds the folder {inside[0]}: pass that instead" if len(inside) == 1 else ""
+    return WorldFormatError(f"{path}: neither a packaged world (no manifest.json) nor a kit (no kit.json){hint}")
+
+
 def describe(path: Path) -> tuple[dict[str, Any], str]:
     """(JSON summary, human text) for a world or kit path."""
     path = Path(path)
     if _is_kit(path):
         with open_kit(path) as kit:
             return _describe_kit(kit)
+    if path.is_dir() and not (path / "manifest.json").exists() and not (path / "world.json").exists():
+        raise _neither(path)
     return _describe_world(load_world(path))
 
 
@@ -90,26 +101,35 @@ def _describe_world(loaded: LoadedWorld) -> tuple[dict[str, Any], str]:
 
 def _describe_kit(kit: Kit) -> tuple[dict[str, Any], str]:
     meta = kit.meta
-    tasks = kit.jsonl("tasks.jsonl")
-    rejected = kit.jsonl("rejected.jsonl")
+    tasks, rejected = kit.tasks(), kit.tasks(admitted=False)
     probe_summary: dict[str, Counter[str]] = {}
     for record in tasks + rejected:
-        for probe, result in (record.get("probe_matrix") or {}).items():
+        for probe, result in (record.probe_matrix or {}).items():
             if isinstance(result, dict) and "outcome" in result:
                 probe_summary.setdefault(probe, Counter())[result["outcome"]] += 1
+    left_out: Counter[str] = Counter()
+    for record in tasks + rejected:
+        left_out.update(record.cases_left_out)
+    adversaries = stored_pass_rates(kit)
     summary = {
         "kind": "kit", **meta["record"], "world": meta["world"], "split": meta["split"], "leakage": meta["leakage"],
         "templates": meta["templates"], "files": len(meta["files"]), "sha256": kit.sha256, "verified": True,
         "probe_summary": {probe: dict(sorted(counts.items())) for probe, counts in sorted(probe_summary.items())},
+        "cases_left_out": dict(sorted(left_out.items())), "adversaries": adversaries,
     }
     lines = [f"kit for world {meta['world']['id']} (world sha256 {meta['world']['sha256'][:16]}…) [verified]",
              f"  {len(tasks)} tasks admitted, {len(rejected)} rejected; templates: {', '.join(meta['templates'])}",
              f"  split: {meta['split']['train_cases']} train / {meta['split']['eval_cases']} held-out cases; "
              f"shared anchors {meta['leakage']['shared_anchors']}, "
              f"max instruction similarity {meta['leakage']['max_instruction_similarity']}",
-             f"  SFT rows: {meta['record']['sft_rows']}", "  probes (outcome counts over all candidates):"]
+             f"  SFT rows: {meta['record']['sft_rows']}",
+             "  cases the gate left out: " + (", ".join(f"{k} {v}" for k, v in sorted(left_out.items())) or "none"),
+             "  adversarial agents (cases passed / cases where the agent applies; every one must be 0):"]
+    lines += [f"    {agent}: {rate['passed']}/{rate['cases']}" for agent, rate in adversaries.items()]
+    lines.append("  probes of each task's prototype (outcome counts over all candidates):")
     for probe, counts in summary["probe_summary"].items():
         lines.append(f"    {probe}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     for record in rejected:
-        lines.append(f"  rejected {record['task_id']} ({record['template']}): {record['rejected_because'][0]}")
+        reason = record.rejected_because[0] if record.rejected_because else "no case passed the gate"
+        lines.append(f"  rejected {record.task_id} ({record.template}): {reason}")
     return summary, "\n".join(lines)

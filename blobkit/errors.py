@@ -23,7 +23,7 @@ from world_format.errors import (
 __all__ = [
     "ArchiveError", "BlobkitError", "ChecksumError", "ConfigError", "JobError", "JobNotFoundError", "KitError",
     "NotTrainableError", "ReplayError", "SourceError", "SpendGateError", "TargetUnavailableError", "ToolCallError",
-    "TrainerError", "VCodeError", "WorldFormatError", "WorldSizeError",
+    "TrainerError", "TrajectoryError", "VCodeError", "WorldFormatError", "WorldSizeError",
 ]
 
 
@@ -39,6 +39,10 @@ class SourceError(BlobkitError, ValueError):
     """The company source is missing, unreadable or changed since its job was created."""
 
     code = "source_error"
+
+
+class TrajectoryError(BlobkitError, ValueError):
+    """A trajectories file to score is unreadable or names a case the kit does not have."""
 
 
 class NotTrainableError(BlobkitError, ValueError):

@@ -1,4 +1,9 @@
-"""`blobkit verify`: re-execute every probe and every SFT replay and compare with the kit."""
+"""`blobkit verify`: re-execute every probe of every case and every SFT replay, and compare with the kit.
+
+Nothing stored in a kit is trusted: each task's prototype probe matrix, each case's probe verdicts
+(every probe must still fail on every case, training and held-out), each SFT row (replayed on an
+isolated copy of the seed) and the world's identity are recomputed and compared.
+"""
 
 from __future__ import annotations
 
@@ -6,62 +11,77 @@ from collections.abc import Callable
 from typing import Any
 
 from world_format.canonical import canonical_json
-from world_format.chain import run_chain
-from world_format.kit import Kit
-from world_format.models import Task
-from world_format.vcode import evaluate
+from world_format.kit import Kit, KitCase
+from world_format.runtime import WorldRuntime
 
 from .builder import replay_row
-from .builder.gate import gate_task
+from .builder.gate import gate_task, verdicts
+
+Progress = Callable[[str, int, int], None]
 
 
-def _task(record: dict[str, Any] | None) -> Task | None:
-    return None if record is None else Task.model_validate(record)
+def _no_progress(stage: str, done: int, total: int) -> None:
+    return None
 
 
-def verify_kit(kit: Kit, progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
-    """Reproduce the stored probe matrices and SFT rows; report every mismatch."""
+def _check_tasks(kit: Kit, runtime: WorldRuntime, progress: Progress) -> tuple[int, list[str]]:
+    records = kit.tasks() + kit.tasks(admitted=False)
+    mismatches = []
+    for index, record in enumerate(records):
+        progress("probes", index, len(records))
+        if record.prototype is None:
+            continue
+        matrix = gate_task(runtime, record.prototype, record.distractor)
+        if canonical_json(matrix) != canonical_json(record.probe_matrix):
+            mismatches.append(f"task {record.task_id}: probe matrix not reproduced")
+    return len(records), mismatches
+
+
+def _check_case_probes(cases: list[KitCase], runtime: WorldRuntime, progress: Progress) -> list[str]:
+    mismatches = []
+    for index, case in enumerate(cases):
+        progress("case probes", index, len(cases))
+        matrix = gate_task(runtime, case.task, case.distractor, replay=False)
+        if not matrix["admitted"]:
+            mismatches.append(f"case {case.case_id}: fails the gate ({matrix['rejected_because'][0]})")
+        elif verdicts(matrix) != case.probes:
+            mismatches.append(f"case {case.case_id}: probe verdicts not reproduced")
+    return mismatches
+
+
+def _check_rows(kit: Kit, runtime: WorldRuntime, progress: Progress) -> list[str]:
+    world = runtime.world
+    rows = {row["metadata"]["case_id"]: row for row in kit.rows()}
+    cases = kit.cases("train")
+    system, tools = world.system_prompt(), world.function_specs()
+    mismatches = []
+    for index, case in enumerate(cases):
+        progress("replay", index, len(cases))
+        row = replay_row(runtime, case.task, (case.task_id, case.case_id), system, tools)
+        stored = rows.pop(case.case_id, None)
+        if canonical_json(row) != canonical_json(stored):
+            mismatches.append(f"case {case.case_id}: SFT row not reproduced by replay")
+    if rows:
+        mismatches.append(f"{len(rows)} SFT rows have no training case")
+    return mismatches
+
+
+def verify_kit(kit: Kit, progress: Progress | None = None) -> dict[str, Any]:
+    """Reproduce the stored probe matrices, per-case probe verdicts and SFT rows; report every mismatch."""
+    progress = progress or _no_progress
     loaded = kit.world()
-    world = loaded.world
     mismatches: list[str] = []
-    if loaded.sha256 != kit.meta["world"]["sha256"]:
+    if loaded.sha256 != kit.info.world.sha256:
         mismatches.append("world sha256 differs from kit.json")
     runtime = loaded.runtime()
     try:
-        tasks = kit.jsonl("tasks.jsonl") + kit.jsonl("rejected.jsonl")
-        for index, record in enumerate(tasks):
-            if progress:
-                progress("probes", index, len(tasks))
-            prototype = _task(record["prototype"])
-            if prototype is None:
-                continue
-            matrix = gate_task(runtime, prototype, _task(record.get("distractor")))
-            if canonical_json(matrix) != canonical_json(record["probe_matrix"]):
-                mismatches.append(f"task {record['task_id']}: probe matrix not reproduced")
-        rows = {row["metadata"]["case_id"]: row for row in kit.jsonl("sft.jsonl")}
-        cases = kit.jsonl("train_cases.jsonl")
-        system, tools = world.system_prompt(), world.function_specs()
-        for index, case in enumerate(cases):
-            if progress:
-                progress("replay", index, len(cases))
-            row = replay_row(runtime, Task.model_validate(case["task"]), (case["task_id"], case["case_id"]),
-                             system, tools)
-            stored = rows.pop(case["case_id"], None)
-            if canonical_json(row) != canonical_json(stored):
-                mismatches.append(f"case {case['case_id']}: SFT row not reproduced by replay")
-        if rows:
-            mismatches.append(f"{len(rows)} SFT rows have no training case")
-        eval_cases = kit.jsonl("eval_cases.jsonl")
-        for case in eval_cases:
-            task = Task.model_validate(case["task"])
-            with runtime.episode() as episode:
-                if evaluate(task.vcode, episode, None, task.answer).outcome != "fail":
-                    mismatches.append(f"eval case {case['case_id']}: a do-nothing trace does not fail")
-            with runtime.episode() as episode:
-                run_chain(episode, task.reference)
-                if not evaluate(task.vcode, episode, task.answer, task.answer).passed:
-                    mismatches.append(f"eval case {case['case_id']}: its reference chain does not pass")
+        tasks_checked, found = _check_tasks(kit, runtime, progress)
+        mismatches += found
+        train, held_out = kit.cases("train"), kit.cases("eval")
+        mismatches += _check_case_probes(train + held_out, runtime, progress)
+        mismatches += _check_rows(kit, runtime, progress)
     finally:
         runtime.close()
-    return {"verified": not mismatches, "tasks_checked": len(tasks), "train_cases_replayed": len(cases),
-            "eval_cases_checked": len(eval_cases), "mismatches": mismatches}
+    return {"verified": not mismatches, "tasks_checked": tasks_checked, "train_cases_replayed": len(train),
+            "eval_cases_checked": len(held_out), "cases_probed": len(train) + len(held_out),
+            "mismatches": mismatches}

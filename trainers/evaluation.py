@@ -10,12 +10,13 @@ an episode sampled from the policy) and ``blobkit replay`` all run this same fun
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from world_format.conversation import Conversation
+from world_format.conversation import Conversation, prompt_messages
 from world_format.kit import KitCase
 from world_format.models import Task, World
 from world_format.runtime import ToolEvent, WorldRuntime
@@ -102,6 +103,65 @@ def run_episode(generate: Generate, runtime: WorldRuntime, case: KitCase, max_tu
         verdict = evaluate(case.task.vcode, episode, answer, case.task.answer)
         trace = tuple(episode.trace)
     return EpisodeResult(case.case_id, case.template, case_kind(case.task, runtime.world), verdict, answer, turns,
+                         parse_failures, trace, tuple(conversation.messages))
+
+
+def case_prompt(case: KitCase, world: World) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The messages and tools a case starts from: its stored prompt, or (training cases) the world's own."""
+    if case.prompt is not None:
+        return case.prompt.messages, case.prompt.tools
+    return prompt_messages(world.system_prompt(), case.task.instruction), world.function_specs()
+
+
+def _file_call(call: Any) -> tuple[str, Any] | str:
+    """(name, arguments) of one tool call in a trajectory file, or why it cannot be executed."""
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        return "a tool call needs function.name"
+    arguments = function.get("arguments", {})
+    if isinstance(arguments, str):  # OpenAI's wire format sends arguments as a JSON string
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return f"arguments of {function['name']} are not valid JSON"
+    return function["name"], arguments
+
+
+def replay_trajectory(runtime: WorldRuntime, case: KitCase, messages: Sequence[dict[str, Any]],
+                      max_turns: int | None = None) -> EpisodeResult:
+    """Score an agent's recorded conversation: its assistant turns are re-executed on an isolated copy of the seed.
+
+    Only the assistant messages are read: each turn's ``tool_calls`` run in order (the world's real
+    observations are fed back; any ``tool`` messages in ``messages`` are ignored); the first turn without
+    a tool call is the final answer. A call that cannot be read counts as a parse failure and returns an
+    error observation, as a malformed call from a model would.
+    """
+    prompt, _ = case_prompt(case, runtime.world)
+    conversation = Conversation.resume(prompt)
+    turns = [m for m in messages if isinstance(m, dict) and m.get("role") == "assistant"][: max_turns]
+    parse_failures, answer, used = 0, None, 0
+    with runtime.episode() as episode:
+        for message in turns:
+            used += 1
+            raw = message.get("tool_calls") or []
+            text = message.get("content")
+            content: str = text if isinstance(text, str) else ""
+            if not raw:
+                answer = content
+                conversation.answer(answer)
+                break
+            read = [_file_call(call) for call in raw] if isinstance(raw, list) else ["tool_calls must be a list"]
+            errors = [r for r in read if isinstance(r, str)]
+            if errors:
+                parse_failures += len(errors)
+                conversation.unparsed(content, errors)
+                continue
+            calls = [r for r in read if not isinstance(r, str)]
+            for ident, (name, arguments) in zip(conversation.tool_calls(calls, content), calls, strict=True):
+                conversation.observation(ident, name, episode.call(name, arguments).observation)
+        verdict = evaluate(case.task.vcode, episode, answer, case.task.answer)
+        trace = tuple(episode.trace)
+    return EpisodeResult(case.case_id, case.template, case_kind(case.task, runtime.world), verdict, answer, used,
                          parse_failures, trace, tuple(conversation.messages))
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from world_format.canonical import canonical_json, sha256_hex
+from world_format.control import escape_json_text
 from world_format.errors import ReplayError
 from world_format.models import ArgRef, Step, Task
 from world_format.runtime import Episode, ToolEvent
@@ -14,8 +15,9 @@ from world_format.vcode import json_pointer
 
 
 def observation_text(observation: Any) -> str:
-    """The exact text a model sees for an observation (canonical JSON, never a Python repr)."""
-    return canonical_json(observation)
+    """The exact text a model sees for an observation: canonical JSON (never a Python repr), with every ``<``
+    escaped so data can never become chat control syntax (:mod:`world_format.control`)."""
+    return escape_json_text(canonical_json(observation))
 
 
 def observation_hash(observation: Any) -> str:

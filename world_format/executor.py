@@ -18,6 +18,7 @@ import jsonschema
 from world_format.errors import ToolCallError
 
 from .models import Tool
+from .parameters import defaults
 from .sqlguard import Guard, named_parameters
 from .state import normalize_value
 
@@ -32,6 +33,8 @@ class CompiledTool:
     validator: jsonschema.protocols.Validator
     precondition_params: tuple[tuple[str, ...], ...]
     statement_params: tuple[tuple[str, ...], ...]
+    defaults: dict[str, Any]
+    """Declared defaults, bound when an argument is omitted."""
 
 
 def compile_tool(tool: Tool) -> CompiledTool:
@@ -42,11 +45,14 @@ def compile_tool(tool: Tool) -> CompiledTool:
         validator=validator_class(tool.parameters),
         precondition_params=tuple(tuple(named_parameters(p.sql)) for p in tool.preconditions),
         statement_params=tuple(tuple(named_parameters(sql)) for sql in tool.statements),
+        defaults=defaults(tool.parameters),
     )
 
 
 def check_arguments(compiled: CompiledTool, arguments: Any) -> dict[str, Any]:
-    """Validate model-supplied arguments; raise ToolCallError with a short reason."""
+    """Validate model-supplied arguments; return them with declared defaults filled in for omitted ones.
+
+    Raises ToolCallError with a short reason."""
     if not isinstance(arguments, dict):
         raise ToolCallError(f"arguments for {compiled.tool.name} must be a JSON object")
     error = jsonschema.exceptions.best_match(compiled.validator.iter_errors(arguments))
@@ -65,7 +71,7 @@ def check_arguments(compiled: CompiledTool, arguments: Any) -> dict[str, Any]:
             raise ToolCallError(f"invalid arguments for {compiled.tool.name}: {name} is too long")
         if isinstance(value, dict | list):
             raise ToolCallError(f"invalid arguments for {compiled.tool.name}: {name} must be a single value")
-    return arguments
+    return {**compiled.defaults, **arguments}
 
 
 def _bind(names: tuple[str, ...], arguments: dict[str, Any]) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from world_format.canonical import sha256_hex
-from world_format.errors import KitError
+from world_format.errors import BlobkitError, KitError
 
 from .archive import open_archive
 from .loaded import LoadedWorld
@@ -111,6 +111,10 @@ class KitCase(_Record):
     """The concrete task: instruction, reference chain, answer key, verifier."""
     prompt: Prompt | None = None
     """Held-out cases: the opening messages and tools the model gets."""
+    probes: dict[str, str] = {}
+    """The gate's verdict on each probe for this case ("fail", or "n/a" where a probe does not apply)."""
+    distractor: Task | None = None
+    """The other case of the same task the wrong-row probe ran (so ``verify`` can run it again)."""
 
 
 class TaskRecord(_Record):
@@ -132,6 +136,8 @@ class TaskRecord(_Record):
     """Every probe's verdict and state hash."""
     rejected_because: list[str]
     """Why the gate rejected it (empty when admitted)."""
+    cases_left_out: dict[str, int] = {}
+    """Cases the gate left out, counted by the first probe (or check) each did not fail."""
     family: dict[str, Any] | None
     """Authored families: rows of the query, looked at and left out."""
     cases: dict[str, int]
@@ -300,4 +306,8 @@ def open_kit(path: Path) -> Iterator[Kit]:
     if not path.name.endswith(".tar.zst"):
         raise KitError(f"{path}: expected a kit directory or a .tar.zst kit archive")
     with open_archive(path) as root:
-        yield verify_kit_dir(root)
+        try:
+            kit = verify_kit_dir(root)
+        except BlobkitError as exc:  # name the archive, not the private folder it was extracted to
+            raise type(exc)(str(exc).replace(str(root.parent), str(path))) from None
+        yield kit

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from world_format.errors import WorldFormatError, WorldSizeError
 
+from .declaration import check_declaration
 from .loaded import LoadedWorld
 from .manifest import check_bytes, check_listing
 from .models import World
@@ -128,6 +129,7 @@ def _load_single_file(path: Path, budget: Budget) -> LoadedWorld:
     source = str(path)
     document = parse_json(read_bounded(path, budget.max_world_json_bytes, "world.json"), source)
     world = parse_world(document, source)
+    check_declaration(world, source)
     if world.state.rows is None:
         raise WorldFormatError(f"{source}: /state/seed: a single-file world needs inline rows in /state/rows; "
                                "load the packaged directory instead")
@@ -150,6 +152,25 @@ def read_manifest(directory: Path, budget: Budget) -> dict[str, dict[str, Any]]:
     return files
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+_WAL_VERSIONS = b"\x02\x02"
+_ROLLBACK_VERSIONS = b"\x01\x01"
+
+
+def rollback_journal_copy(seed: bytes) -> bytes:
+    """The seed with a WAL-mode header read as the same database in rollback-journal mode.
+
+    Bytes 18 and 19 of an SQLite header are the file format's write and read versions: 2 in WAL mode,
+    1 otherwise (https://www.sqlite.org/fileformat2.html#database_header). A package holds the main
+    file alone, so its content is complete; the journal mode says how a writer would commit, which
+    an in-memory copy never does, and SQLite refuses to deserialize a WAL-mode image. The identity is
+    unaffected (it is the state hash of the rows), and a re-packed world stores the rollback form.
+    """
+    if seed[:16] == SQLITE_HEADER and seed[18:20] == _WAL_VERSIONS:
+        return seed[:18] + _ROLLBACK_VERSIONS + seed[20:]
+    return seed
+
+
 def _load_package(directory: Path, budget: Budget) -> LoadedWorld:
     files = read_manifest(directory, budget)
     check_listing(directory, files, MANIFEST_FILE, recursive=False)
@@ -159,11 +180,13 @@ def _load_package(directory: Path, budget: Budget) -> LoadedWorld:
     check_bytes(directory / WORLD_FILE, world_bytes, files[WORLD_FILE], MANIFEST_FILE)
     seed = read_bounded(directory / SEED_FILE, budget.max_seed_bytes, "seed.sqlite")
     check_bytes(directory / SEED_FILE, seed, files[SEED_FILE], MANIFEST_FILE)
+    seed = rollback_journal_copy(seed)
     source = str(directory / WORLD_FILE)
     world = parse_world(parse_json(world_bytes, source), source)
+    check_declaration(world, source)
     if world.state.seed is None:
         raise WorldFormatError(f"{source}: /state/rows: a packaged world keeps its rows in seed.sqlite")
-    conn = open_memory_copy(seed) if seed[:16] == b"SQLite format 3\x00" else None
+    conn = open_memory_copy(seed) if seed[:16] == SQLITE_HEADER else None
     if conn is None:
         raise WorldFormatError(f"{directory / SEED_FILE}: not an SQLite database")
     try:

@@ -63,7 +63,12 @@ class Column(StrictModel):
     unique: bool = False
     """Whether values must be unique."""
     references: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")
-    """Foreign key target as "table.column", or null."""
+    """Foreign key target as "table.column" (the parent's primary key or a unique column), or null."""
+    decimals: int | None = Field(default=None, ge=0, le=12)
+    """REAL columns of fixed-point amounts (money): the decimal places they are quoted at. Minted answers and
+    checks about the column round to it, with ``rounding``; null means reals compare exactly as stored."""
+    rounding: Literal["half_even", "half_up"] = "half_even"
+    """How amounts of this column round to ``decimals`` places (banker's rounding, or half away from zero)."""
 
 
 class Table(StrictModel):
@@ -99,6 +104,19 @@ class DeclaredSql(StrictModel):
     """Its CREATE statement, exactly as stored in sqlite_schema."""
 
 
+class Index(StrictModel):
+    """An index the seed holds (for lookups by a non-key column, or to make a column set unique)."""
+
+    name: Identifier
+    """Name of the index."""
+    table: Identifier
+    """The indexed table."""
+    columns: tuple[Identifier, ...] = Field(min_length=1, max_length=16)
+    """Indexed columns, in order."""
+    unique: bool = False
+    """Whether the indexed values must be unique (rows that repeat them are refused)."""
+
+
 class Anchor(StrictModel):
     """An anchor table: the entities tasks are about (customers, orders, tickets...)."""
 
@@ -119,6 +137,8 @@ class State(StrictModel):
     """Every table of the seed database, in creation order."""
     anchors: tuple[Anchor, ...] = Field(min_length=1)
     """Tables whose rows tasks may target."""
+    indexes: tuple[Index, ...] = ()
+    """Indexes the seed holds; any other index is refused (a unique index changes what tools may write)."""
     views: tuple[DeclaredSql, ...] = ()
     """Views the seed may contain; any other view is refused."""
     triggers: tuple[DeclaredSql, ...] = ()
@@ -236,7 +256,12 @@ class SqlCheck(StrictModel):
     params: dict[Identifier, ValueOrRef] = Field(default_factory=dict)
     """Values bound to the query's named parameters."""
     expect: list[list[ValueOrRef]]
-    """Expected rows, in order, each a list of column values (numbers compare by value)."""
+    """Expected rows, in order, each a list of column values. Integers compare exactly; reals as the decimal
+    they spell, or rounded to ``decimals`` places when set."""
+    decimals: int | None = Field(default=None, ge=0, le=12)
+    """Round real values (found and expected) to this many places before comparing (for sums of amounts)."""
+    rounding: Literal["half_even", "half_up"] = "half_even"
+    """The rounding rule for ``decimals``."""
 
 
 class AnswerCheck(StrictModel):
@@ -245,12 +270,25 @@ class AnswerCheck(StrictModel):
     kind: Literal["answer"]
     """Discriminator."""
     mode: Literal["exact", "normalized", "contains", "regex", "number", "json_field"]
-    """exact text; case/space/punctuation-normalized equality; normalized containment; regex search;
-    the answer contains this number; or a field (pointer) of a JSON answer equals the value."""
+    """exact: the trimmed answer is the value; normalized: equal after case, spacing and punctuation are
+    normalized; contains: the value occurs as whole tokens and, when ``field`` is set, no other value of that
+    field does; regex: the pattern matches somewhere; number: the answer states the value and no other
+    number except integers the agent used as tool arguments; json_field: a JSON answer's field (``pointer``)
+    equals the value. spec/world-format.md gives each mode's exact rule."""
     value: ValueOrRef
     """The expected value (or the pattern, for regex)."""
     pointer: str | None = Field(default=None, pattern=r"^(/[^/]*)*$")
     """JSON pointer into the answer, for json_field."""
+    field: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")
+    """contains: "table.column" the value belongs to. An answer that also states another value of the column
+    (as the starting state holds it) is hedging and fails."""
+    others: tuple[str, ...] = ()
+    """contains: other values of the same kind (say, the other refusal reasons) that a committed answer must
+    not also state."""
+    decimals: int | None = Field(default=None, ge=0, le=12)
+    """number: compare the stated number and the value rounded to this many places."""
+    rounding: Literal["half_even", "half_up"] = "half_even"
+    """number: the rounding rule for ``decimals``."""
 
 
 class ToolCalledCheck(StrictModel):

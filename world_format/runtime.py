@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -112,6 +112,37 @@ class ToolEvent:
 
 
 @dataclass(frozen=True)
+class FieldValues:
+    """The values a column holds, as answer text: for finding which of them an answer states."""
+
+    by_first_token: dict[str, tuple[str, ...]]
+    """Each value's normalized text (see :func:`world_format.values.normalize_text`), keyed by its first token."""
+
+    @classmethod
+    def of(cls, values: Iterable[Any]) -> FieldValues:
+        """Index the given values (their text, normalized)."""
+        from .values import normalize_text
+
+        index: dict[str, set[str]] = {}
+        for value in values:
+            text = normalize_text(str(normalize_value(value)))
+            if text:
+                index.setdefault(text.split(" ", 1)[0], set()).add(text)
+        return cls({token: tuple(sorted(texts)) for token, texts in index.items()})
+
+    def stated_in(self, normalized_answer: str) -> list[str]:
+        """The values that occur in an already-normalized answer as whole tokens (sorted, each once)."""
+        padded = f" {normalized_answer} "
+        found = {text for token in set(normalized_answer.split()) for text in self.by_first_token.get(token, ())
+                 if f" {text} " in padded}
+        return sorted(found)
+
+    def every(self) -> list[str]:
+        """Every value's normalized text, sorted."""
+        return sorted(text for texts in self.by_first_token.values() for text in texts)
+
+
+@dataclass(frozen=True)
 class RowChange:
     """A row that differs between the starting and the current state."""
 
@@ -138,6 +169,7 @@ class WorldRuntime:
         self.tools: dict[str, CompiledTool] = {tool.name: compile_tool(tool) for tool in world.tools}
         self.digests = DigestCache() if digests is None else digests
         self._in_episode = False
+        self._fields: dict[tuple[str, str], FieldValues] = {}
 
     def _install_change_log(self) -> None:
         self.conn.execute(f"CREATE TEMP TABLE {CHANGE_LOG_TABLE}(tbl TEXT NOT NULL, pk)")
@@ -158,6 +190,18 @@ class WorldRuntime:
     def seed_hash(self) -> str:
         """State hash of the seed."""
         return state_hash(self.seed_digests)
+
+    def field_values(self, table: str, column: str) -> FieldValues:
+        """The distinct non-null values of ``table.column`` in the starting state (read once, then cached)."""
+        key = (table, column)
+        if key not in self._fields:
+            declared = self.tables.get(table)
+            if declared is None or column not in {c.name for c in declared.columns}:
+                raise WorldFormatError(f"{table}.{column} is not a declared column")
+            rows = self.pristine.execute(f"SELECT DISTINCT {quote_identifier(column)} FROM {quote_identifier(table)} "
+                                         f"WHERE {quote_identifier(column)} IS NOT NULL")
+            self._fields[key] = FieldValues.of(value for (value,) in rows)
+        return self._fields[key]
 
     @contextmanager
     def episode(self) -> Iterator[Episode]:

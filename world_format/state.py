@@ -9,7 +9,9 @@ changed plus their new values — verification never rescans the whole database.
 
 from __future__ import annotations
 
+import difflib
 import math
+import re
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,7 +20,7 @@ from typing import Any
 from world_format.canonical import canonical_bytes, sha256_hex
 from world_format.errors import WorldFormatError
 
-from .models import State, Table
+from .models import Index, State, Table
 
 MODULUS = 1 << 256
 
@@ -46,6 +48,22 @@ def create_table_sql(table: Table) -> str:
     return f"CREATE TABLE {quote_identifier(table.name)} ({', '.join(parts)}) STRICT"
 
 
+def create_index_sql(index: Index) -> str:
+    """The CREATE INDEX statement of a declared index."""
+    columns = ", ".join(quote_identifier(column) for column in index.columns)
+    unique = "UNIQUE " if index.unique else ""
+    return f"CREATE {unique}INDEX {quote_identifier(index.name)} ON {quote_identifier(index.table)} ({columns})"
+
+
+def schema_statements(state: State) -> list[tuple[str, str]]:
+    """(where, CREATE statement) of every declared table, index, view and trigger, in creation order."""
+    statements = [(f"/state/tables/{i}", create_table_sql(table)) for i, table in enumerate(state.tables)]
+    statements += [(f"/state/indexes/{i}", create_index_sql(index)) for i, index in enumerate(state.indexes)]
+    statements += [(f"/state/views/{view.name}", view.sql) for view in state.views]
+    statements += [(f"/state/triggers/{trigger.name}", trigger.sql) for trigger in state.triggers]
+    return statements
+
+
 def build_seed(state: State, source: str) -> bytes:
     """Create the seed database from inline rows; return it serialized."""
     assert state.rows is not None
@@ -54,8 +72,10 @@ def build_seed(state: State, source: str) -> bytes:
         conn.execute("PRAGMA page_size=4096")
         conn.execute("PRAGMA foreign_keys=ON")
         conn.execute("BEGIN")
-        for table in state.tables:
-            conn.execute(create_table_sql(table))
+        for index, table in enumerate(state.tables):
+            _run_declared(conn, create_table_sql(table), f"{source}: /state/tables/{index}")
+        for index, declared in enumerate(state.indexes):
+            _run_declared(conn, create_index_sql(declared), f"{source}: /state/indexes/{index}")
         unknown = sorted(set(state.rows) - {table.name for table in state.tables})
         if unknown:
             raise WorldFormatError(f"{source}: /state/rows/{unknown[0]}: rows given for an undeclared table")
@@ -107,49 +127,79 @@ def _storable(value: Any, where: str) -> Any:
     return value
 
 
+_SQL_TOKEN = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|\[[^\]]*\]|`(?:[^`]|``)*`|[A-Za-z_][A-Za-z0-9_$]*"
+                        r"|\d+(?:\.\d+)?|<>|!=|<=|>=|==|\|\||\S")
+
+
+def sql_tokens(sql: str) -> list[str]:
+    """SQL as SQLite reads it: whitespace and the quoting of identifiers do not matter, nor does case outside
+    string literals."""
+    tokens = []
+    for token in _SQL_TOKEN.findall(sql or ""):
+        if token[0] in "\"[`":
+            token = token[1:-1].replace('""', '"').replace("``", "`")
+        tokens.append(token if token.startswith("'") else token.upper())
+    return tokens
+
+
+def _difference(expected: list[str], found: list[str]) -> str:
+    """The first place two token lists part, in words (what the seed adds, lacks or changes)."""
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=expected, b=found, autojunk=False).get_opcodes():
+        if tag == "insert":
+            return f"the seed adds {' '.join(found[j1:j2])!r}"
+        if tag == "delete":
+            return f"the seed lacks {' '.join(expected[i1:i2])!r}"
+        if tag == "replace":
+            return f"the seed has {' '.join(found[j1:j2])!r} where the declaration has {' '.join(expected[i1:i2])!r}"
+    return "they differ"
+
+
+def declared_schema(state: State) -> dict[tuple[str, str], str | None]:
+    """``sqlite_schema`` as the declaration creates it: (type, name) → CREATE statement (None for SQLite's own
+    automatic indexes)."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        for where, sql in schema_statements(state):
+            _run_declared(conn, sql, where)
+        return {(kind, name): sql for kind, name, sql in conn.execute("SELECT type, name, sql FROM sqlite_schema")}
+    finally:
+        conn.close()
+
+
 def check_seed(conn: sqlite3.Connection, state: State, source: str) -> None:
-    """Refuse a seed that is corrupt or holds anything the world does not declare."""
+    """Refuse a seed that is corrupt or whose schema is not exactly what the world declares.
+
+    Every table, index, view and trigger must be declared, and each CREATE statement must read as the
+    declaration's own (same columns, types, constraints, collations, defaults, STRICT), so two seeds
+    that behave differently never pass as the same world. The refusal names the entry and the first
+    difference.
+    """
     try:
         result = conn.execute("PRAGMA quick_check").fetchall()
     except sqlite3.DatabaseError as exc:
         raise WorldFormatError(f"{source}: seed.sqlite is not a valid database: {exc}") from None
     if result != [("ok",)]:
         raise WorldFormatError(f"{source}: seed.sqlite failed quick_check: {result[0][0]}")
-    declared_tables = {table.name: table for table in state.tables}
-    declared_views = {view.name: view.sql for view in state.views}
-    declared_triggers = {trigger.name: trigger.sql for trigger in state.triggers}
-    found_tables: set[str] = set()
-    entries = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_schema ORDER BY type, name").fetchall()
-    for kind, name, _table_name, sql in entries:
+    expected = declared_schema(state)
+    found = {(kind, name): sql for kind, name, sql in conn.execute("SELECT type, name, sql FROM sqlite_schema")}
+    for (kind, name), sql in sorted(found.items()):
         where = f"{source}: seed.sqlite {kind} {name!r}"
-        if kind == "table":
-            if (sql or "").upper().startswith("CREATE VIRTUAL TABLE"):
-                raise WorldFormatError(f"{where}: virtual tables are not allowed")
-            if name not in declared_tables:
-                raise WorldFormatError(f"{where}: not declared in /state/tables")
-            _check_columns(conn, declared_tables[name], where)
-            found_tables.add(name)
-        elif kind == "view":
-            if declared_views.get(name) != sql:
-                raise WorldFormatError(f"{where}: undeclared view (declare it in /state/views)")
-        elif kind == "trigger":
-            if declared_triggers.get(name) != sql:
-                raise WorldFormatError(f"{where}: undeclared trigger (declare it in /state/triggers)")
-        elif kind != "index":
-            raise WorldFormatError(f"{where}: unexpected schema entry")
-    missing = sorted(set(declared_tables) - found_tables)
+        if (sql or "").upper().startswith("CREATE VIRTUAL TABLE"):
+            raise WorldFormatError(f"{where}: virtual tables are not allowed")
+        if (kind, name) not in expected:
+            section = {"table": "/state/tables", "index": "/state/indexes", "view": "/state/views",
+                       "trigger": "/state/triggers"}.get(kind)
+            hint = f": not declared in {section}" if section else ": the world does not declare it"
+            raise WorldFormatError(f"{where}: undeclared {kind}{hint}")
+        if sql_tokens(sql or "") != sql_tokens(expected[(kind, name)] or ""):
+            diff = _difference(sql_tokens(expected[(kind, name)] or ""), sql_tokens(sql or ""))
+            raise WorldFormatError(f"{where}: differs from its declaration: {diff}")
+    missing = sorted(set(expected) - set(found))
     if missing:
-        raise WorldFormatError(f"{source}: seed.sqlite lacks declared table {missing[0]!r} (/state/tables)")
+        kind, name = missing[0]
+        raise WorldFormatError(f"{source}: seed.sqlite lacks declared {kind} {name!r}")
     if conn.execute("PRAGMA foreign_key_check").fetchone():
         raise WorldFormatError(f"{source}: seed.sqlite violates a declared foreign key")
-
-
-def _check_columns(conn: sqlite3.Connection, table: Table, where: str) -> None:
-    info = conn.execute(f"PRAGMA table_info({quote_identifier(table.name)})").fetchall()
-    found = [(row[1], str(row[2]).upper(), bool(row[5])) for row in info]
-    wanted = [(column.name, column.type, column.primary_key) for column in table.columns]
-    if found != wanted:
-        raise WorldFormatError(f"{where}: columns {found} differ from the declaration {wanted}")
 
 
 # --------------------------------------------------------------------------- hashing

@@ -15,14 +15,16 @@ import jsonschema
 
 from world_format.errors import WorldFormatError
 
+from .declaration import check_column_ref, check_declaration
 from .executor import compile_tool
 from .family import fill, first_family_row, slots
 from .loaded import LoadedWorld
-from .models import ArgRef, Ref, SqlCheck, Task, Tool, ToolCalledCheck, ToolNotCalledCheck, VCode, World
+from .models import ArgRef, Ref, SqlCheck, Task, Tool, ToolCalledCheck, ToolNotCalledCheck, VCode
+from .parameters import check_parameter_schema
 from .runtime import WorldRuntime
 from .sqlguard import Mode, named_parameters
 
-SCALAR_TYPES = {"string", "integer", "number", "boolean"}
+TOP_LEVEL_KEYWORDS = {"type", "properties", "required", "additionalProperties", "description", "title"}
 
 
 def validate_world(loaded: LoadedWorld, runtime: WorldRuntime | None = None) -> None:
@@ -32,8 +34,7 @@ def validate_world(loaded: LoadedWorld, runtime: WorldRuntime | None = None) -> 
     on a fresh copy of the seed; every trial statement is rolled back either way.
     """
     world, source = loaded.world, str(loaded.path)
-    _check_names(world, source)
-    _check_anchors(world, source)
+    check_declaration(world, source)
     own = runtime is None
     runtime = loaded.runtime() if runtime is None else runtime
     try:
@@ -46,63 +47,28 @@ def validate_world(loaded: LoadedWorld, runtime: WorldRuntime | None = None) -> 
             runtime.close()
 
 
-def _duplicates(names: list[str]) -> str | None:
-    seen: set[str] = set()
-    for name in names:
-        if name in seen:
-            return name
-        seen.add(name)
-    return None
-
-
-def _check_names(world: World, source: str) -> None:
-    for what, names in (("tool", [t.name for t in world.tools]), ("table", [t.name for t in world.state.tables]),
-                        ("anchor", [a.table for a in world.state.anchors])):
-        duplicate = _duplicates(names)
-        if duplicate:
-            raise WorldFormatError(f"{source}: duplicate {what} name {duplicate!r}")
-
-
-def _check_column_ref(world: World, ref: str, where: str) -> None:
-    table_name, _, column = ref.partition(".")
-    table = world.state.table(table_name)
-    if table is None or column not in {c.name for c in table.columns}:
-        raise WorldFormatError(f"{where}: {ref!r} is not a declared table.column")
-
-
-def _check_anchors(world: World, source: str) -> None:
-    for index, anchor in enumerate(world.state.anchors):
-        where = f"{source}: /state/anchors/{index}"
-        if world.state.table(anchor.table) is None:
-            raise WorldFormatError(f"{where}/table: anchor table {anchor.table!r} is not declared")
-        for name in (*anchor.natural_keys, *anchor.answer_fields):
-            _check_column_ref(world, f"{anchor.table}.{name}", where)
-    for t_index, table in enumerate(world.state.tables):
-        for c_index, column in enumerate(table.columns):
-            if column.references:
-                _check_column_ref(world, column.references, f"{source}: /state/tables/{t_index}/columns/{c_index}")
-
-
 # --------------------------------------------------------------------------- tools
 
 
 def _check_parameters(tool: Tool, where: str) -> set[str]:
+    """The tool's parameter names, once its schema is one blobkit honours (see :mod:`world_format.parameters`)."""
     schema = tool.parameters
-    try:
-        jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator).check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        raise WorldFormatError(f"{where}/parameters: not a valid JSON Schema: {exc.message}") from None
     if schema.get("type") != "object" or not isinstance(schema.get("properties", {}), dict):
         raise WorldFormatError(f"{where}/parameters: must be an object schema with properties")
     if schema.get("additionalProperties") is not False:
         raise WorldFormatError(f"{where}/parameters: must set additionalProperties to false")
+    unsupported = sorted(set(schema) - TOP_LEVEL_KEYWORDS)
+    if unsupported:
+        raise WorldFormatError(f"{where}/parameters: keyword {unsupported[0]!r} is not supported for tool "
+                               f"{tool.name!r} (supported: {', '.join(sorted(TOP_LEVEL_KEYWORDS))})")
     properties: dict[str, Any] = schema.get("properties", {})
     for name, prop in properties.items():
-        kind = prop.get("type") if isinstance(prop, dict) else None
-        if kind not in SCALAR_TYPES:
-            raise WorldFormatError(f"{where}/parameters/properties/{name}: type must be one of {sorted(SCALAR_TYPES)}")
-        if not prop.get("description"):
-            raise WorldFormatError(f"{where}/parameters/properties/{name}: needs a description for the model")
+        check_parameter_schema(tool.name, name, prop, f"{where}/parameters/properties/{name}")
+    try:
+        jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise WorldFormatError(f"{where}/parameters: not a valid JSON Schema for tool {tool.name!r}: "
+                               f"{exc.message}") from None
     return set(properties)
 
 
@@ -159,7 +125,7 @@ def _check_tool(runtime: WorldRuntime, tool: Tool, where: str) -> None:
     for name, ref in tool.anchors.items():
         if name not in properties:
             raise WorldFormatError(f"{where}/anchors/{name}: not a parameter of the tool")
-        _check_column_ref(runtime.world, ref, f"{where}/anchors/{name}")
+        check_column_ref(runtime.world, ref, f"{where}/anchors/{name}")
     compile_tool(tool)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -29,9 +28,10 @@ from .models import (
 )
 from .runtime import Episode, ToolEvent
 from .state import normalize_value
+from .values import answer_numbers, normalize_text, numbers_equal, states, to_decimal, values_equal, without
 
 Outcome = Literal["pass", "fail", "error"]
-_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
+__all__ = ["Verdict", "evaluate", "json_pointer", "normalize_text", "values_equal"]
 
 
 @dataclass(frozen=True)
@@ -56,14 +56,6 @@ class _Fail(Exception):
     """A check failed (internal control flow)."""
 
 
-def normalize_text(text: str) -> str:
-    """Case-folded, NFKC, punctuation replaced by spaces (keeping . @ - inside tokens), spaces collapsed."""
-    text = unicodedata.normalize("NFKC", text).casefold()
-    text = re.sub(r"[^\w\s.@-]", " ", text)
-    text = re.sub(r"(?<!\w)[.\-]|[.\-](?!\w)", " ", text)
-    return " ".join(text.split())
-
-
 def json_pointer(document: Any, pointer: str) -> Any:
     """Resolve an RFC 6901 pointer; raise KeyError when it does not resolve."""
     if pointer == "":
@@ -78,14 +70,6 @@ def json_pointer(document: Any, pointer: str) -> Any:
         else:
             raise KeyError(pointer)
     return current
-
-
-def values_equal(left: Any, right: Any) -> bool:
-    """Equality with typed normalization (25 == 25.0; bools are ints; strings exact)."""
-    left, right = normalize_value(left), normalize_value(right)
-    if isinstance(left, int | float) and isinstance(right, int | float):
-        return abs(float(left) - float(right)) <= 1e-9 * max(1.0, abs(float(left)))
-    return bool(type(left) is type(right) and left == right)
 
 
 class _Context:
@@ -135,7 +119,8 @@ def _check_sql(ctx: _Context, check: SqlCheck) -> None:
         raise VCodeError(f"sql check could not run: {exc}") from None
     expected = [[ctx.resolve(value) for value in row] for row in check.expect]
     same = len(rows) == len(expected) and all(
-        len(got) == len(want) and all(values_equal(g, w) for g, w in zip(got, want, strict=True))
+        len(got) == len(want) and all(values_equal(g, w, check.decimals, check.rounding)
+                                      for g, w in zip(got, want, strict=True))
         for got, want in zip(rows, expected, strict=True)
     )
     if not same:
@@ -152,22 +137,59 @@ def _check_answer(ctx: _Context, check: AnswerCheck) -> None:
     elif check.mode == "normalized":
         ok = normalize_text(answer) == normalize_text(text)
     elif check.mode == "contains":
-        ok = bool(normalize_text(text)) and f" {normalize_text(text)} " in f" {normalize_text(answer)} "
+        ok = states(answer, text)
+        if ok:
+            _fail_on_other_values(ctx, check, answer, text)
     elif check.mode == "regex":
         try:
             ok = re.search(text, answer) is not None
         except re.error as exc:
             raise VCodeError(f"answer regex does not compile: {exc}") from None
     elif check.mode == "number":
-        numbers = _NUMBER.findall(answer)
-        try:
-            ok = bool(numbers) and values_equal(float(numbers[-1].replace(",", "")), float(text))
-        except ValueError:
-            raise VCodeError(f"number check value {text!r} is not a number") from None
+        _check_number(ctx, check, answer, value)
+        ok = True
     else:
         ok = _json_field_equals(answer, check.pointer or "", value)
     if not ok:
         raise _Fail(f"answer check ({check.mode}) failed against {text[:80]!r}")
+
+
+def _fail_on_other_values(ctx: _Context, check: AnswerCheck, answer: str, right: str) -> None:
+    """A committed answer states no value of ``field`` and none of ``others`` besides the right one."""
+    rest = without(answer, right).strip()
+    if check.field is not None:
+        table, column = check.field.split(".", 1)
+        found = ctx.episode.runtime.field_values(table, column).stated_in(rest)
+        if found:
+            raise _Fail(f"answer check (contains) failed: the answer also states {found[0]!r} (another {check.field})")
+    stated = next((other for other in check.others if normalize_text(other) != normalize_text(right)
+                   and states(rest, other)), None)
+    if stated is not None:
+        raise _Fail(f"answer check (contains) failed: the answer also states {stated[:80]!r}")
+
+
+def _used_integers(ctx: _Context) -> set[int]:
+    """Integers the agent passed as tool arguments (ids it worked with), which an answer may repeat."""
+    used: set[int] = set()
+    for event in ctx.trace:
+        if isinstance(event.arguments, dict):
+            used.update(v for v in (normalize_value(a) for a in event.arguments.values()) if type(v) is int)
+    return used
+
+
+def _check_number(ctx: _Context, check: AnswerCheck, answer: str, value: Any) -> None:
+    """The answer states ``value`` and no other number, integers used as tool arguments aside."""
+    expected = to_decimal(value)
+    if expected is None:
+        raise VCodeError(f"number check value {value!r} is not a number")
+    stated = answer_numbers(answer)
+    right = [n for n in stated if numbers_equal(n, expected, check.decimals, check.rounding)]
+    if not right:
+        raise _Fail(f"answer check (number) failed: {value} is not stated")
+    used = _used_integers(ctx)
+    others = [n for n in stated if n not in right and not (n == n.to_integral_value() and int(n) in used)]
+    if others:
+        raise _Fail(f"answer check (number) failed: the answer also states {others[0]}")
 
 
 def _json_field_equals(answer: str, pointer: str, value: Any) -> bool:

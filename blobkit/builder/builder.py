@@ -54,10 +54,10 @@ def _execute(loaded: LoadedWorld, runtime: WorldRuntime, config: BuildConfig, pr
     minter = Minter(loaded.world, runtime, config.seed, config.eval_percent)
     entries = candidates(loaded, minter, config, progress)
     gate_candidates(runtime, minter, entries, progress)
-    admitted = [entry for entry in entries if not entry.reasons]
+    admitted = [entry for entry in entries if not entry.reasons and entry.instances]
     if not admitted:
         raise KitError(f"{loaded.path}: no task passed the discrimination gate; see the reasons with --json")
-    train, held_out = split_cases(runtime, admitted, progress)
+    train, held_out = split_cases(admitted, progress)
     return Executed(entries, train, held_out, replay_rows(runtime, train, progress))
 
 

@@ -6,7 +6,8 @@ a seeded hash of its anchor row (:func:`blobkit.builder.split.side_of`). Later s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from world_format.canonical import content_id
@@ -17,7 +18,7 @@ from world_format.state import quote_identifier
 
 from .config import BuildConfig, Progress
 from .family import FamilyReport, family_instances
-from .gate import gate_task
+from .gate import first_failed_probe, gate_task, verdicts
 from .mint import Instance, Minter, TaskSpec, select_specs
 from .sides import side_of
 
@@ -35,6 +36,8 @@ class TaskEntry:
     reasons: tuple[str, ...] = ()
     distractor: Task | None = None
     family: FamilyReport | None = None
+    left_out: dict[str, int] = field(default_factory=dict)
+    """Cases the gate left out, counted by the first probe (or check) each did not fail."""
 
 
 def _minted_instances(minter: Minter, spec: TaskSpec, config: BuildConfig) -> list[Instance]:
@@ -118,21 +121,51 @@ def candidates(loaded: LoadedWorld, minter: Minter, config: BuildConfig, progres
     return entries
 
 
+def _distractor(runtime: WorldRuntime, minter: Minter, entry: TaskEntry, index: int) -> Task | None:
+    """The wrong-row distractor of case ``index``: the next case of the same task, or (a single authored
+    case) the task moved to another anchor row."""
+    if len(entry.instances) > 1:
+        return entry.instances[(index + 1) % len(entry.instances)].task
+    if entry.source == "authored":
+        return _authored_distractor(runtime, entry.instances[index].task, minter)
+    return None
+
+
+def _gate_entry(runtime: WorldRuntime, minter: Minter, entry: TaskEntry, tick: Progress) -> None:
+    """Gate every case of one candidate: keep the cases that pass, count the others by the probe they passed."""
+    admitted: list[Instance] = []
+    left_out: Counter[str] = Counter()
+    for index, instance in enumerate(entry.instances):
+        distractor = _distractor(runtime, minter, entry, index)
+        matrix = gate_task(runtime, instance.task, distractor, replay=not admitted)
+        if matrix["admitted"]:
+            if not admitted:  # the first admitted case is the task's prototype; its matrix is the kit's evidence
+                entry.matrix, entry.distractor = matrix, distractor
+            admitted.append(replace(instance, probes=verdicts(matrix), distractor=distractor))
+        else:
+            left_out[first_failed_probe(matrix)] += 1
+            if entry.matrix is None:
+                entry.matrix, entry.distractor = matrix, distractor
+        tick("gate", 1, 0)
+    if not admitted:
+        entry.reasons = tuple(entry.matrix["rejected_because"]) if entry.matrix else ()
+    entry.instances, entry.left_out = admitted, dict(sorted(left_out.items()))
+
+
 def gate_candidates(runtime: WorldRuntime, minter: Minter, entries: list[TaskEntry], progress: Progress) -> None:
-    for index, entry in enumerate(entries):
-        progress("gate", index, len(entries))
+    """Gate every case of every candidate; a candidate none of whose cases pass is rejected with the reasons."""
+    total, done = sum(len(entry.instances) for entry in entries), 0
+
+    def tick(stage: str, step: int, _: int) -> None:
+        nonlocal done
+        done += step
+        progress(stage, done, total)
+
+    progress("gate", 0, total)
+    for entry in entries:
         if not entry.instances:
             entry.reasons = (("family: no row of the query gives a case whose reference chain passes",)
                              if entry.family else ("mint: no anchor row fits this template",))
             continue
-        prototype = entry.instances[0].task
-        if len(entry.instances) > 1:  # a minted template or an authored family: another of its cases
-            distractor: Task | None = entry.instances[1].task
-        elif entry.source == "authored":
-            distractor = _authored_distractor(runtime, prototype, minter)
-        else:
-            distractor = None
-        entry.distractor = distractor
-        entry.matrix = gate_task(runtime, prototype, distractor)
-        entry.reasons = tuple(entry.matrix["rejected_because"])
-    progress("gate", len(entries), len(entries))
+        _gate_entry(runtime, minter, entry, tick)
+    progress("gate", total, total)

@@ -44,7 +44,7 @@ def _task_record(entry: TaskEntry, counts: dict[str, dict[str, int]]) -> dict[st
     distractor = entry.distractor.model_dump(mode="json", by_alias=True) if entry.distractor else None
     return {"task_id": entry.task_id, "source": entry.source, "template": entry.template, "spec": entry.spec,
             "prototype": prototype, "distractor": distractor, "probe_matrix": entry.matrix,
-            "rejected_because": list(entry.reasons),
+            "rejected_because": list(entry.reasons), "cases_left_out": entry.left_out,
             "family": entry.family.to_json() if entry.family else None,
             "cases": counts.get(entry.task_id, {"train": 0, "eval": 0})}
 

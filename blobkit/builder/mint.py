@@ -11,13 +11,15 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from world_format.canonical import content_id
 from world_format.chain import run_chain
-from world_format.models import Anchor, ArgRef, Step, Task, Tool, VCode, World
+from world_format.models import Anchor, ArgRef, Column, Step, Task, Tool, VCode, World
 from world_format.runtime import RowChange, WorldRuntime
 from world_format.state import quote_identifier
+from world_format.values import rounded, to_decimal
 
 from .sides import Side, side_of
 
@@ -80,6 +82,10 @@ class Instance:
     side: Side
     """train or eval: decided from the anchor row when the case is made (:func:`~blobkit.builder.sides.side_of`)."""
     anchors_touched: tuple[tuple[str, Any], ...] = field(default=())
+    probes: dict[str, str] = field(default_factory=dict)
+    """The gate's verdict on each probe for this case (filled in when the case is gated)."""
+    distractor: Task | None = None
+    """The other case the gate's wrong-row probe ran on this one (filled in when the case is gated)."""
 
 
 # --------------------------------------------------------------------------- discovering specs
@@ -190,10 +196,32 @@ def _check(kind: str, **fields: Any) -> dict[str, Any]:
     return {"kind": kind, **fields}
 
 
-def _answer_check(value: Any) -> dict[str, Any]:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return _check("answer", mode="number", value=value)
-    return _check("answer", mode="contains", value=str(value))
+def _answer_check(value: Any, *, field: str | None = None, others: tuple[str, ...] = (),
+                  column: Column | None = None) -> dict[str, Any]:
+    """A committal answer check: a number (at the column's declared precision) or a phrase that must be stated
+    without any other value of its ``field`` and none of ``others``."""
+    if isinstance(value, Decimal) or (isinstance(value, int | float) and not isinstance(value, bool)):
+        number: dict[str, Any] = {"mode": "number", "value": _plain(value)}
+        if column is not None and column.decimals is not None:
+            number.update(decimals=column.decimals, rounding=column.rounding)
+        return _check("answer", **number)
+    check = _check("answer", mode="contains", value=str(value), others=list(others))
+    return {**check, "field": field} if field else check
+
+
+def _plain(value: Any) -> Any:
+    """An integer stays an integer; a real or decimal becomes the exact decimal text it stands for."""
+    if isinstance(value, int):
+        return value
+    number = to_decimal(value)
+    assert number is not None
+    return int(number) if number == number.to_integral_value() else format(number, "f")
+
+
+def _declared_column(world: World, table: str | None, name: str) -> Column | None:
+    """The declared column ``name`` of ``table`` (or, for a tool's result column, of any table)."""
+    tables = [world.state.table(table)] if table else list(world.state.tables)
+    return next((c for t in tables if t is not None for c in t.columns if c.name == name), None)
 
 
 def _state_checks(world: World, changes: list[RowChange]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -312,7 +340,9 @@ def _lookup_field(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance
     anchor = m.world.state.anchor(spec.anchor)
     assert anchor is not None
     answer = f"The {_words(column)} of {anchor.label} {key} is {value}."
-    checks = [_check("tool_called", tool=tool, arguments={param: key}), _answer_check(value),
+    field = f"{spec.anchor}.{column}"
+    checks = [_check("tool_called", tool=tool, arguments={param: key}),
+              _answer_check(value, field=field, column=_declared_column(m.world, spec.anchor, column)),
               _check("unchanged_except")]
     instruction = m.wording(spec, key, variant, field=_words(column))
     return m.instance(spec, key, _task(spec, key, instruction, steps, answer, checks))
@@ -369,7 +399,8 @@ def _write(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | None
         if reason in m.missing_row_errors(writer, spec.param("write")) or changes:
             return None
         answer = f"I can't {action} {anchor.label} {key}: {reason}."
-        checks = base + [_answer_check(reason), _check("unchanged_except")]
+        others = tuple(sorted({p.error for p in tool.preconditions} | {tool.result.not_found} - {reason}))
+        checks = base + [_answer_check(reason, others=others), _check("unchanged_except")]
     else:
         if not changes:
             return None
@@ -391,17 +422,21 @@ def _aggregate(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | 
     noun = tool.result_noun or "records"
     if spec.template == "aggregate_count":
         value: Any = len(rows)
+        declared = None
         answer = f"{anchor.label.capitalize()} {key} has {value} {noun}."
         instruction = m.wording(spec, key, variant, noun=noun)
     else:
         column = _numeric_column(rows)
         if column is None:
             return None
-        value = round(sum(row[column] for row in rows), 2)
-        value = int(value) if float(value).is_integer() else value
-        answer = f"The sum of {_words(column)} across the {noun} of {anchor.label} {key} is {value}."
+        declared = _declared_column(m.world, None, column)
+        value = sum((to_decimal(row[column]) or Decimal(0) for row in rows), Decimal(0))
+        if declared is not None and declared.decimals is not None:
+            value = rounded(value, declared.decimals, declared.rounding)
+        answer = f"The sum of {_words(column)} across the {noun} of {anchor.label} {key} is {_plain(value)}."
         instruction = m.wording(spec, key, variant, noun=noun, field=_words(column))
-    checks = [_check("tool_called", tool=lister, arguments={param: key}), _answer_check(value),
+    checks = [_check("tool_called", tool=lister, arguments={param: key}),
+              _answer_check(value, column=declared if spec.template == "aggregate_total" else None),
               _check("unchanged_except")]
     return m.instance(spec, key, _task(spec, key, instruction, steps, answer, checks))
 

@@ -51,7 +51,9 @@ def case_record(case: Case, system: str | None = None, tools: list[dict[str, Any
     record: dict[str, Any] = {
         "case_id": case.case_id, "task_id": case.instance.spec_id, "template": task.template, "side": case.side,
         "anchor": {"table": task.anchor.table, "key": task.anchor.key},
-        "task": task.model_dump(mode="json", by_alias=True),
+        "task": task.model_dump(mode="json", by_alias=True), "probes": case.instance.probes,
+        "distractor": None if case.instance.distractor is None else case.instance.distractor.model_dump(
+            mode="json", by_alias=True),
     }
     if system is not None:
         record["prompt"] = {"messages": prompt_messages(system, task.instruction), "tools": tools}

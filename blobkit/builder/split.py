@@ -14,9 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from blobkit.errors import KitError
 from world_format.canonical import canonical_json, content_id
-from world_format.models import Task
-from world_format.runtime import WorldRuntime
-from world_format.vcode import evaluate
 
 from .config import Progress, no_progress
 from .mint import Instance
@@ -72,22 +69,15 @@ def leakage_report(train: list[Case], held_out: list[Case]) -> dict[str, Any]:
     }
 
 
-def _null_fails(runtime: WorldRuntime, task: Task) -> bool:
-    with runtime.episode() as episode:
-        return evaluate(task.vcode, episode, None, task.answer).outcome == "fail"
-
-
-def split_cases(runtime: WorldRuntime, entries: list[TaskEntry],
-                progress: Progress = no_progress) -> tuple[list[Case], list[Case]]:
-    """The admitted tasks' cases on their sides (decided when each case was made); cases a do-nothing trace
-    would pass are left out. KitError when either side ends up empty."""
+def split_cases(entries: list[TaskEntry], progress: Progress = no_progress) -> tuple[list[Case], list[Case]]:
+    """The admitted cases on their sides (decided when each case was made, gated since); KitError when either
+    side ends up empty."""
     train: list[Case] = []
     held_out: list[Case] = []
     instances = [instance for entry in entries for instance in entry.instances]
     for index, instance in enumerate(instances):
         progress("split", index, len(instances))
-        if _null_fails(runtime, instance.task):
-            (held_out if instance.side == "eval" else train).append(Case.make(instance, instance.side))
+        (held_out if instance.side == "eval" else train).append(Case.make(instance, instance.side))
     progress("split", len(instances), len(instances))
     if not train or not held_out:
         raise KitError("the world has only one independent family of cases: cannot hold out evaluation cases "

@@ -8,11 +8,12 @@ import typer
 
 from blobkit.errors import BlobkitError
 
-from . import company, runpod, train, world
+from . import company, evaluate, runpod, train, world
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Turn a company's world into a verified training kit, and train small models on it.")
 world.register(app)
+evaluate.register(app)
 train.register(app)
 runpod.register(app)
 company.register(app)

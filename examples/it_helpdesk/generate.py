@@ -332,7 +332,7 @@ def build_tasks(rows):
                   f"security@{MAIL} to have it unlocked.",
         "vcode": {"checks": [
             verified(email),
-            {"kind": "answer", "mode": "contains", "value": "locked"},
+            {"kind": "answer", "mode": "contains", "value": "locked", "field": "employees.account_status"},
             {"kind": "sql", "query": "SELECT password_changed_on, must_change_password FROM employees WHERE id = :id",
              "params": {"id": eid}, "expect": [[person[8], 0]]},
             unchanged]}})
@@ -393,8 +393,8 @@ def build_tasks(rows):
         "vcode": {"checks": [
             verified(person[2]),
             {"kind": "tool_called", "tool": "list_devices", "arguments": {"employee_id": eid}},
-            {"kind": "answer", "mode": "contains", "value": laptop[1]},
-            {"kind": "answer", "mode": "contains", "value": laptop[8]},
+            {"kind": "answer", "mode": "contains", "value": laptop[1], "field": "devices.asset_tag"},
+            {"kind": "answer", "mode": "contains", "value": laptop[8], "field": "devices.warranty_until"},
             unchanged]}})
     return tasks
 

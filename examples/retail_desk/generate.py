@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import random
 from datetime import date, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 SEED = 20261129
@@ -49,9 +50,10 @@ CATEGORIES = {  # category: (sku code, product nouns, price range)
 REFUND_REASONS = ["damaged", "wrong_item", "not_as_described", "late_delivery", "changed_mind"]
 
 
-def col(name, type_, pk=False, not_null=False, unique=False, references=None):
-    return {"name": name, "type": type_, "primary_key": pk, "not_null": not_null, "unique": unique,
-            "references": references}
+def col(name, type_, pk=False, not_null=False, unique=False, references=None, decimals=None):
+    column = {"name": name, "type": type_, "primary_key": pk, "not_null": not_null, "unique": unique,
+              "references": references}
+    return {**column, "decimals": decimals} if decimals is not None else column
 
 
 TABLES = [
@@ -62,19 +64,19 @@ TABLES = [
     {"name": "products", "columns": [
         col("id", "INTEGER", pk=True), col("sku", "TEXT", not_null=True, unique=True),
         col("name", "TEXT", not_null=True), col("category", "TEXT", not_null=True),
-        col("price", "REAL", not_null=True), col("stock", "INTEGER", not_null=True)]},
+        col("price", "REAL", not_null=True, decimals=2), col("stock", "INTEGER", not_null=True)]},
     {"name": "orders", "columns": [
         col("id", "INTEGER", pk=True), col("customer_id", "INTEGER", not_null=True, references="customers.id"),
         col("status", "TEXT", not_null=True), col("placed_on", "TEXT", not_null=True),
         col("delivered_on", "TEXT"), col("shipping_method", "TEXT", not_null=True),
-        col("total", "REAL", not_null=True)]},
+        col("total", "REAL", not_null=True, decimals=2)]},
     {"name": "order_items", "columns": [
         col("id", "INTEGER", pk=True), col("order_id", "INTEGER", not_null=True, references="orders.id"),
         col("product_id", "INTEGER", not_null=True, references="products.id"),
-        col("quantity", "INTEGER", not_null=True), col("unit_price", "REAL", not_null=True)]},
+        col("quantity", "INTEGER", not_null=True), col("unit_price", "REAL", not_null=True, decimals=2)]},
     {"name": "refunds", "columns": [
         col("id", "INTEGER", pk=True), col("order_id", "INTEGER", not_null=True, references="orders.id"),
-        col("amount", "REAL", not_null=True), col("reason", "TEXT", not_null=True),
+        col("amount", "REAL", not_null=True, decimals=2), col("reason", "TEXT", not_null=True),
         col("issued_on", "TEXT", not_null=True)]},
 ]
 
@@ -251,8 +253,9 @@ POLICIES = [
 ]
 
 
-def check_sql(query, params, expect):
-    return {"kind": "sql", "query": query, "params": params, "expect": expect}
+def check_sql(query, params, expect, decimals=None):
+    check = {"kind": "sql", "query": query, "params": params, "expect": expect}
+    return {**check, "decimals": decimals} if decimals is not None else check
 
 
 def verified(email):
@@ -341,11 +344,11 @@ def build_tasks(rows):
         "answer": "I've refunded order {{order_id}} because it arrived damaged. You will get back ${{total_text}}.",
         "vcode": {"checks": [
             check_sql("SELECT count(*), sum(amount) FROM refunds WHERE order_id = :order_id",
-                      {"order_id": "{{order_id}}"}, [[1, "{{total}}"]]),
+                      {"order_id": "{{order_id}}"}, [[1, "{{total}}"]], decimals=2),
             {"kind": "tool_called", "tool": "issue_refund", "arguments": {"order_id": "{{order_id}}"}},
             verified("{{email}}"),
             {"kind": "order", "tools": ["find_customer_by_email", "issue_refund"]},
-            {"kind": "answer", "mode": "number", "value": "{{total}}"},
+            {"kind": "answer", "mode": "number", "value": "{{total}}", "decimals": 2},
             {"kind": "unchanged_except", "inserts": {"refunds": 1}}]}})
 
     # 3. A shipped order cannot be cancelled: the agent must look, refuse and explain (a family over shipped orders).
@@ -355,12 +358,12 @@ def build_tasks(rows):
         "anchor": {"table": "orders", "key": "{{order_id}}"},
         "reference": [{"tool": "find_customer_by_email", "arguments": {"email": "{{email}}"}},
                       {"tool": "get_order", "arguments": {"order_id": "{{order_id}}"}}],
-        "answer": "Order {{order_id}} has already shipped, so it can no longer be cancelled. Once it is delivered "
+        "answer": "Order {{order_id}} has already shipped, so I can no longer stop it. Once it arrives "
                   "you can ask for a refund within 30 days.",
         "vcode": {"checks": [
             verified("{{email}}"),
             {"kind": "tool_called", "tool": "get_order", "arguments": {"order_id": "{{order_id}}"}},
-            {"kind": "answer", "mode": "contains", "value": "shipped"},
+            {"kind": "answer", "mode": "contains", "value": "shipped", "field": "orders.status"},
             check_sql("SELECT status FROM orders WHERE id = :order_id", {"order_id": "{{order_id}}"},
                       [["shipped"]]),
             {"kind": "unchanged_except"}]}})
@@ -370,7 +373,7 @@ def build_tasks(rows):
                if sum(o[2] == "delivered" for o in orders_of[c]) >= 2
                and not any(o[0] in refunded for o in orders_of[c]))
     name, email = customers[cid][1], customers[cid][2]
-    spent = round(sum(o[6] for o in orders_of[cid] if o[2] == "delivered"), 2)
+    spent = sum((Decimal(repr(o[6])) for o in orders_of[cid] if o[2] == "delivered"), Decimal(0))
     tasks.append({
         "instruction": f"I'm {name}, my email is {email}. How much have I spent in total on my delivered orders?",
         "anchor": {"table": "customers", "key": cid},
@@ -380,7 +383,7 @@ def build_tasks(rows):
         "vcode": {"checks": [
             verified(email),
             {"kind": "tool_called", "tool": "list_orders", "arguments": {"customer_id": cid}},
-            {"kind": "answer", "mode": "number", "value": spent},
+            {"kind": "answer", "mode": "number", "value": f"{spent:.2f}", "decimals": 2},
             {"kind": "unchanged_except"}]}})
     return tasks
 
