@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 from conftest import write_world
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from worlds import small_world
 
 from blobkit.builder import BuildConfig, build_kit
@@ -80,4 +82,56 @@ def test_kit_json_without_its_record_is_refused_naming_the_key(kit_dir: Path, tm
     del meta["record"]
     (copy / KIT_FILE).write_bytes(canonical_bytes(meta) + b"\n")
     with pytest.raises(KitError, match="kit.json: /record: Field required"), open_kit(copy):
+        pass
+
+
+_FILES = ["tasks.jsonl", "rejected.jsonl", "train_cases.jsonl", "eval_cases.jsonl", "sft.jsonl", "kit.json"]
+
+
+def _mutate(kit_dir: Path, out: Path, name: str, how: str, position: int) -> Path:
+    """A copy of the kit with one file mutated (checksums kept valid): dropped, a key dropped, a line corrupted."""
+    copy = out / "kit"
+    shutil.copytree(kit_dir, copy)
+    meta = json.loads((copy / KIT_FILE).read_text())
+    if name == KIT_FILE:
+        keys = sorted(k for k in meta if k != "files")
+        if how == "drop key":
+            meta.pop(keys[position % len(keys)])
+        elif how == "corrupt":
+            meta[keys[position % len(keys)]] = [position]
+    else:
+        lines = (copy / name).read_text().splitlines()
+        if how == "drop file":
+            (copy / name).unlink()
+            meta["files"].pop(name)
+        elif lines:
+            index = position % len(lines)
+            if how == "drop key":
+                record = json.loads(lines[index])
+                record.pop(sorted(record)[position % len(record)])
+                lines[index] = json.dumps(record)
+            else:
+                lines[index] = lines[index][: position % max(len(lines[index]), 1)]
+            data = ("\n".join(lines) + "\n").encode()
+            (copy / name).write_bytes(data)
+            meta["files"][name] = file_entry(data)
+    (copy / KIT_FILE).write_bytes(canonical_bytes(meta) + b"\n")
+    return copy
+
+
+@given(name=st.sampled_from(_FILES), how=st.sampled_from(["drop file", "drop key", "corrupt"]),
+       position=st.integers(min_value=0, max_value=500))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_mutated_kits_give_a_typed_error_or_a_kit(kit_dir: Path, tmp_path_factory: pytest.TempPathFactory,
+                                                   name: str, how: str, position: int) -> None:
+    from blobkit.describe import describe
+    from blobkit.verify import verify_kit
+    from world_format.errors import BlobkitError
+
+    copy = _mutate(kit_dir, tmp_path_factory.mktemp("mutated"), name, how, position)
+    try:
+        describe(copy)
+        with open_kit(copy) as kit:
+            verify_kit(kit)
+    except BlobkitError:
         pass
