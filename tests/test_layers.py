@@ -26,3 +26,11 @@ def test_no_module_imports_a_floor_above_its_own() -> None:
               for name in _imported(path) if name.split(".")[0] in banned]
     assert upward == []
 
+
+
+def test_no_source_file_is_longer_than_about_500_lines_without_saying_why() -> None:
+    long = [f"{path.relative_to(ROOT)}: {n} lines" for floor in ("world_format", "trainers", "blobkit")
+            for path in (ROOT / floor).rglob("*.py")
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > 520
+            and "why this file is long" not in path.read_text(encoding="utf-8")[:2000]]
+    assert long == []
