@@ -13,7 +13,6 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from blobkit.builder import BuildConfig, build_kit  # noqa: E402
 from blobkit.errors import ConfigError, TargetUnavailableError  # noqa: E402
 from trainers.config import TrainConfig  # noqa: E402
 from trainers.mlx_adapter import mlx_to_peft, peft_to_mlx  # noqa: E402
@@ -23,17 +22,6 @@ from world_format.kit import open_kit  # noqa: E402
 needs_mlx = pytest.mark.skipif(importlib.util.find_spec("mlx_lm") is None, reason="mlx / mlx-lm not installed")
 TOLERANCE = 1e-4
 RANK = 4
-
-
-@pytest.fixture(scope="module")
-def kit_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from conftest import write_world
-    from worlds import small_world
-
-    root = tmp_path_factory.mktemp("mlxkit")
-    record = build_kit(write_world(root / "src", small_world()), root / "out",
-                       BuildConfig(train_cases_per_task=4, eval_cases_per_task=2))
-    return Path(record["kit"]["path"])
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@ pytest.importorskip("trl")
 
 from typer.testing import CliRunner  # noqa: E402
 
-from blobkit.builder import BuildConfig, build_kit  # noqa: E402
 from blobkit.cli import app  # noqa: E402
 from trainers.config import TrainConfig  # noqa: E402
 from trainers.export import load_export, verify_export  # noqa: E402
@@ -23,17 +22,6 @@ from trainers.plan import plan  # noqa: E402
 from trainers.run import run_training  # noqa: E402
 from trainers.tiny_model import TinyModelConfig, build_tiny_model, row_texts  # noqa: E402
 from world_format.kit import open_kit  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def kit_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from conftest import write_world
-    from worlds import small_world
-
-    root = tmp_path_factory.mktemp("runkit")
-    record = build_kit(write_world(root / "src", small_world()), root / "out",
-                       BuildConfig(train_cases_per_task=4, eval_cases_per_task=2))
-    return Path(record["kit"]["path"])
 
 
 @pytest.fixture(scope="module")

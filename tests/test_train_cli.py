@@ -8,7 +8,6 @@ from typing import Any, cast
 
 import pytest
 
-from blobkit.builder import BuildConfig, build_kit
 from blobkit.errors import ChecksumError, ConfigError, TargetUnavailableError
 from trainers.catalog import CATALOG, resolve_base
 from trainers.config import TrainConfig
@@ -16,17 +15,6 @@ from trainers.export import export_model, verify_export
 from trainers.plan import plan
 from trainers.run import run_training
 from world_format.kit import open_kit
-
-
-@pytest.fixture(scope="module")
-def kit_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from conftest import write_world
-    from worlds import small_world
-
-    root = tmp_path_factory.mktemp("trainkit")
-    record = build_kit(write_world(root / "src", small_world()), root / "out",
-                       BuildConfig(train_cases_per_task=4, eval_cases_per_task=2))
-    return Path(record["kit"]["path"])
 
 
 def test_defaults_follow_the_seed_product() -> None:
