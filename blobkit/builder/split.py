@@ -8,6 +8,7 @@ what each side touched from the cases themselves rather than trusting the assign
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -80,6 +81,8 @@ def split_cases(entries: list[TaskEntry], progress: Progress = no_progress) -> t
         (held_out if instance.side == "eval" else train).append(Case.make(instance, instance.side))
     progress("split", len(instances), len(instances))
     if not train or not held_out:
+        left = Counter(name for entry in entries for name, count in entry.left_out.items() for _ in range(count))
+        gated = f"; the gate left out {', '.join(f'{n} {k}' for k, n in sorted(left.items()))}" if left else ""
         raise KitError("the world has only one independent family of cases: cannot hold out evaluation cases "
-                       f"(train {len(train)}, eval {len(held_out)}); add anchor rows or tasks on more rows")
+                       f"(train {len(train)}, eval {len(held_out)}{gated}); add anchor rows or tasks on more rows")
     return train, held_out
