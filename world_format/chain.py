@@ -25,21 +25,35 @@ def observation_hash(observation: Any) -> str:
     return sha256_hex(observation_text(observation).encode("utf-8"))
 
 
+def _resolve(name: str, value: Any, observations: Sequence[Any]) -> Any:
+    if isinstance(value, ArgRef):
+        if value.from_step >= len(observations):
+            raise ReplayError(f"argument {name} refers to step {value.from_step}, which has not run")
+        try:
+            return json_pointer(observations[value.from_step], value.pointer)
+        except KeyError:
+            raise ReplayError(f"argument {name}: {value.pointer} is not in step {value.from_step}'s result") from None
+    if isinstance(value, list):
+        return [_resolve(name, item, observations) for item in value]
+    if isinstance(value, dict):
+        return {key: _resolve(name, item, observations) for key, item in value.items()}
+    return value
+
+
 def resolve_arguments(step: Step, observations: Sequence[Any]) -> dict[str, Any]:
-    """Literal arguments plus values threaded from earlier observations."""
-    arguments: dict[str, Any] = {}
-    for name, value in step.arguments.items():
-        if isinstance(value, ArgRef):
-            if value.from_step >= len(observations):
-                raise ReplayError(f"argument {name} refers to step {value.from_step}, which has not run")
-            try:
-                arguments[name] = json_pointer(observations[value.from_step], value.pointer)
-            except KeyError:
-                where = f"step {value.from_step}'s result"
-                raise ReplayError(f"argument {name}: {value.pointer} is not in {where}") from None
-        else:
-            arguments[name] = value
-    return arguments
+    """Literal arguments plus values threaded from earlier observations (also inside lists and objects)."""
+    return {name: _resolve(name, value, observations) for name, value in step.arguments.items()}
+
+
+def threaded(value: Any) -> bool:
+    """Whether an argument holds a value threaded from an earlier step, at any depth."""
+    if isinstance(value, ArgRef):
+        return True
+    if isinstance(value, list):
+        return any(threaded(item) for item in value)
+    if isinstance(value, dict):
+        return any(threaded(item) for item in value.values())
+    return False
 
 
 @dataclass(frozen=True)

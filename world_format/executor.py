@@ -8,6 +8,7 @@ model; nothing a model sends can crash the episode.
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any
 
 import jsonschema
 
+from world_format.canonical import canonical_json
 from world_format.errors import ToolCallError
 
 from .models import Tool
@@ -23,6 +25,8 @@ from .sqlguard import Guard, named_parameters
 from .state import normalize_value
 
 MAX_STRING_ARGUMENT = 10_000
+MAX_STRUCTURED_ARGUMENT = 100_000
+"""Most characters an array or object argument may take as canonical JSON."""
 
 
 @dataclass(frozen=True)
@@ -35,10 +39,13 @@ class CompiledTool:
     statement_params: tuple[tuple[str, ...], ...]
     defaults: dict[str, Any]
     """Declared defaults, bound when an argument is omitted."""
+    json_fields: frozenset[str] = frozenset()
+    """Result fields rendered as nested JSON (the tool's json_fields and the world's JSON columns, by name)."""
 
 
-def compile_tool(tool: Tool) -> CompiledTool:
-    """Prepare a tool for execution (schema validator, parameter lists)."""
+def compile_tool(tool: Tool, json_columns: frozenset[str] = frozenset()) -> CompiledTool:
+    """Prepare a tool for execution (schema validator, parameter lists); ``json_columns`` names the world's JSON
+    columns, whose values observations show as nested JSON."""
     validator_class = jsonschema.validators.validator_for(tool.parameters, default=jsonschema.Draft202012Validator)
     return CompiledTool(
         tool=tool,
@@ -46,6 +53,7 @@ def compile_tool(tool: Tool) -> CompiledTool:
         precondition_params=tuple(tuple(named_parameters(p.sql)) for p in tool.preconditions),
         statement_params=tuple(tuple(named_parameters(sql)) for sql in tool.statements),
         defaults=defaults(tool.parameters),
+        json_fields=frozenset(tool.result.json_fields) | json_columns,
     )
 
 
@@ -61,35 +69,71 @@ def check_arguments(compiled: CompiledTool, arguments: Any) -> dict[str, Any]:
         raise ToolCallError(f"invalid arguments for {compiled.tool.name}{' at ' + where if where else ''}: "
                             f"{error.message[:200]}")
     for name, value in arguments.items():
-        if isinstance(value, bool):
-            continue
-        if isinstance(value, int) and not -(2**63) <= value < 2**63:
-            raise ToolCallError(f"invalid arguments for {compiled.tool.name}: {name} is out of range")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ToolCallError(f"invalid arguments for {compiled.tool.name}: {name} is not a finite number")
-        if isinstance(value, str) and len(value) > MAX_STRING_ARGUMENT:
-            raise ToolCallError(f"invalid arguments for {compiled.tool.name}: {name} is too long")
-        if isinstance(value, dict | list):
-            raise ToolCallError(f"invalid arguments for {compiled.tool.name}: {name} must be a single value")
+        problem = _unbindable(value)
+        if problem:
+            raise ToolCallError(f"invalid arguments for {compiled.tool.name}: {name} {problem}")
     return {**compiled.defaults, **arguments}
 
 
+def _unbindable(value: Any) -> str | None:
+    """Why a validated argument cannot be bound (out of range, not finite, too long), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:
+        return "is out of range"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "is not a finite number"
+    if isinstance(value, str) and len(value) > MAX_STRING_ARGUMENT:
+        return "is too long"
+    if isinstance(value, dict | list):
+        if len(canonical_json(value)) > MAX_STRUCTURED_ARGUMENT:
+            return "is too long"
+        inner = value.values() if isinstance(value, dict) else value
+        return next((problem for item in inner if (problem := _unbindable(item))), None)
+    return None
+
+
+def bind_value(value: Any) -> Any:
+    """A value as SQL receives it: scalars normalised, arrays and objects as canonical JSON text."""
+    if isinstance(value, dict | list):
+        return canonical_json(value)
+    return normalize_value(value)
+
+
 def _bind(names: tuple[str, ...], arguments: dict[str, Any]) -> dict[str, Any]:
-    return {name: normalize_value(arguments.get(name)) for name in names}
+    return {name: bind_value(arguments.get(name)) for name in names}
 
 
-def _row_dict(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
-    return {column[0]: normalize_value(value) for column, value in zip(cursor.description, row, strict=True)}
+def _row_dict(cursor: sqlite3.Cursor, row: tuple[Any, ...], json_fields: frozenset[str]) -> dict[str, Any]:
+    return {column[0]: _json_or_value(value) if column[0] in json_fields else normalize_value(value)
+            for column, value in zip(cursor.description, row, strict=True)}
+
+
+def _json_or_value(value: Any) -> Any:
+    """JSON text as the nested value it holds (never an escaped string in an observation)."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return normalize_value(value)
 
 
 def execute_tool(guard: Guard, compiled: CompiledTool, arguments: Any) -> Any:
-    """Run one call; return its observation (JSON-able) or raise ToolCallError."""
+    """Run one call; return its observation (JSON-able) or raise ToolCallError.
+
+    A pure tool (effect none) runs no SQL: its validated call is recorded in the trace and answered
+    ``{"status": "recorded"}`` (plus the tool's ``message``).
+    """
     arguments = check_arguments(compiled, arguments)
     tool = compiled.tool
+    if tool.effect == "none":
+        recorded: dict[str, Any] = {"status": "recorded"}
+        return {**recorded, "message": tool.result.message} if tool.result.message else recorded
     with guard.host() as conn:
         conn.execute("SAVEPOINT bk_call")
     try:
-        with guard.world(tool.effect) as conn:
+        with guard.world("write" if tool.effect == "write" else "read") as conn:
             for precondition, names in zip(tool.preconditions, compiled.precondition_params, strict=True):
                 row = conn.execute(precondition.sql, _bind(names, arguments)).fetchone()
                 if row is None or not row[0]:
@@ -124,9 +168,9 @@ def _run_statements(conn: sqlite3.Connection, compiled: CompiledTool, arguments:
         row = cursor.fetchone()
         if row is None:
             raise ToolCallError(tool.result.not_found)
-        return _row_dict(cursor, row)
+        return _row_dict(cursor, row, compiled.json_fields)
     rows = cursor.fetchmany(tool.result.max_rows)
-    return [_row_dict(cursor, row) for row in rows]
+    return [_row_dict(cursor, row, compiled.json_fields) for row in rows]
 
 
 def _rollback_call(guard: Guard) -> None:

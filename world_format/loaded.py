@@ -58,8 +58,12 @@ class LoadedWorld:
 
 
 def world_document(world: World, seed: str | None) -> dict[str, Any]:
-    """The world as a JSON document without inline rows, pointing at ``seed`` (or nowhere)."""
-    document = world.model_dump(mode="json", by_alias=True)
+    """The world as a JSON document without inline rows, pointing at ``seed`` (or nowhere).
+
+    Fields left at their defaults are left out, so a world's identity does not change when the format
+    gains an optional field (a default never changes what the world does).
+    """
+    document = world.model_dump(mode="json", by_alias=True, exclude_defaults=True)
     document["state"].pop("rows", None)
     if seed is None:
         document["state"].pop("seed", None)

@@ -6,9 +6,10 @@ descriptions in ``spec/world.schema.json``. Unknown fields are an error, never d
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing_extensions import TypeAliasType
 
 FORMAT_VERSION = "1"
 
@@ -57,13 +58,18 @@ class Column(StrictModel):
     type: Literal["INTEGER", "REAL", "TEXT", "BLOB"]
     """SQLite storage type of the column (tables are created STRICT)."""
     primary_key: bool = False
-    """Whether this column is the table's single-column primary key."""
+    """Whether this column is (part of) the table's primary key; several key columns make a composite key."""
     not_null: bool = False
     """Whether NULL is refused."""
     unique: bool = False
     """Whether values must be unique."""
     references: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")
     """Foreign key target as "table.column" (the parent's primary key or a unique column), or null."""
+    default: str | int | float | bool | None = None
+    """The value a row gets when an insert leaves the column out (null: no default)."""
+    json_data: bool = False
+    """TEXT columns holding JSON (checked valid on load; observations show it as nested JSON, VCode can address
+    into it with a json_value check)."""
     decimals: int | None = Field(default=None, ge=0, le=12)
     """REAL columns of fixed-point amounts (money): the decimal places they are quoted at. Minted answers and
     checks about the column round to it, with ``rounding``; null means reals compare exactly as stored."""
@@ -77,22 +83,36 @@ class Table(StrictModel):
     name: Identifier
     """Table name."""
     columns: tuple[Column, ...] = Field(min_length=1, max_length=64)
-    """Columns in storage order; exactly one is the primary key."""
+    """Columns in storage order; at least one is (part of) the primary key."""
+    checks: tuple[str, ...] = Field(default=(), max_length=16)
+    """CHECK constraints: SQL expressions over a row's columns that every row must satisfy (a write that breaks
+    one is refused), e.g. "seats_left >= 0"."""
 
     @model_validator(mode="after")
-    def _one_primary_key(self) -> Table:
-        keys = [column.name for column in self.columns if column.primary_key]
-        if len(keys) != 1:
-            raise ValueError(f"table {self.name!r} must declare exactly one primary-key column, found {len(keys)}")
+    def _has_a_primary_key(self) -> Table:
+        if not any(column.primary_key for column in self.columns):
+            raise ValueError(f"table {self.name!r} must mark at least one column primary_key")
         names = [column.name for column in self.columns]
         if len(set(names)) != len(names):
             raise ValueError(f"table {self.name!r} declares a column twice")
         return self
 
     @property
+    def key_columns(self) -> tuple[str, ...]:
+        """The primary-key columns, in declaration order (one, or several for a composite key)."""
+        return tuple(column.name for column in self.columns if column.primary_key)
+
+    @property
+    def composite(self) -> bool:
+        """Whether the primary key spans several columns (its rows are keyed by objects)."""
+        return len(self.key_columns) > 1
+
+    @property
     def primary_key(self) -> str:
-        """Name of the primary-key column."""
-        return next(column.name for column in self.columns if column.primary_key)
+        """Name of the single primary-key column (ValueError for a composite key: use key_columns)."""
+        if self.composite:
+            raise ValueError(f"table {self.name!r} has a composite key {list(self.key_columns)}")
+        return self.key_columns[0]
 
 
 class DeclaredSql(StrictModel):
@@ -178,8 +198,13 @@ class Precondition(StrictModel):
 class ToolResult(StrictModel):
     """How a tool's observation is shaped."""
 
-    shape: Literal["rows", "row", "affected"]
-    """rows: every row of the last statement; row: exactly one row; affected: rows changed by the writes."""
+    shape: Literal["rows", "row", "affected", "recorded"]
+    """rows: every row of the last statement; row: exactly one row; affected: rows changed by the writes;
+    recorded: a pure tool's call is recorded and answered {"status": "recorded"} (with ``message`` when set)."""
+    message: str | None = Field(default=None, max_length=500)
+    """recorded: what the tool tells the agent, e.g. "A human agent will take over this conversation."."""
+    json_fields: tuple[Identifier, ...] = ()
+    """Result columns holding JSON text to render as nested JSON (columns declared ``json_data`` are, by name)."""
     not_found: str = Field(default="no matching record", min_length=1, max_length=500)
     """Message returned when shape is "row" and the last statement yields no row."""
     max_rows: int = Field(default=50, ge=1, le=1000)
@@ -193,12 +218,14 @@ class Tool(StrictModel):
     """Function name the model calls."""
     description: str = Field(min_length=1, max_length=2000)
     """What the tool does, shown to the model."""
-    effect: Literal["read", "write"]
-    """read tools may not change the state (enforced by the SQLite authorizer)."""
+    effect: Literal["read", "write", "none"]
+    """read tools may not change the state (enforced by the SQLite authorizer); none: a pure tool (a hand-off, a
+    note) whose arguments are validated and recorded in the trace, with no SQL at all."""
     parameters: dict[str, JsonValue]
     """JSON Schema (object) of the arguments; properties are scalars bound to SQL parameters by name."""
-    statements: tuple[str, ...] = Field(min_length=1, max_length=8)
-    """SQL statements run in order with named parameters (:name) bound from the validated arguments."""
+    statements: tuple[str, ...] = Field(default=(), max_length=8)
+    """SQL statements run in order with named parameters (:name) bound from the validated arguments (at least one
+    for read and write tools, none for a pure tool)."""
     preconditions: tuple[Precondition, ...] = ()
     """Checks evaluated before the statements; the first that fails returns its error."""
     result: ToolResult
@@ -209,6 +236,16 @@ class Tool(StrictModel):
     """Plural noun for what a rows-shaped result lists, e.g. "orders" (used in minted wording)."""
     action: str | None = Field(default=None, max_length=60)
     """Verb phrase for a write tool in minted wording, e.g. "cancel" or "escalate"."""
+
+    @model_validator(mode="after")
+    def _pure_or_sql(self) -> Tool:
+        pure = self.effect == "none"
+        if pure and (self.statements or self.preconditions or self.result.shape != "recorded"):
+            raise ValueError(f"tool {self.name!r} is pure (effect none): it has no statements or preconditions and "
+                             'its result shape is "recorded"')
+        if not pure and (not self.statements or self.result.shape == "recorded"):
+            raise ValueError(f"tool {self.name!r} runs SQL: give it statements and a rows, row or affected result")
+        return self
 
     def function_spec(self) -> dict[str, Any]:
         """The tool as an OpenAI/Hugging Face function spec (what the model sees)."""
@@ -231,6 +268,12 @@ class Ref(StrictModel):
 
 
 ValueOrRef = Ref | Scalar
+if TYPE_CHECKING:  # mypy cannot follow a recursive TypeAliasType
+    CheckValue = Any
+else:
+    CheckValue = TypeAliasType("CheckValue", Annotated[Ref | Scalar | list["CheckValue"] | dict[str, "CheckValue"],
+                                                       Field(union_mode="left_to_right")])
+"""An argument value a verifier expects: a value, a reference, or a list or object of them."""
 
 
 class Capture(StrictModel):
@@ -298,8 +341,11 @@ class ToolCalledCheck(StrictModel):
     """Discriminator."""
     tool: Identifier
     """Tool name."""
-    arguments: dict[Identifier, ValueOrRef] = Field(default_factory=dict)
-    """Arguments that must match (others may be anything)."""
+    arguments: dict[Identifier, CheckValue] = Field(default_factory=dict)
+    """Arguments that must match (others may be anything); lists compare as ``list_match`` says."""
+    list_match: Literal["ordered", "multiset"] = "ordered"
+    """ordered: a list argument must hold the same elements in the same order; multiset: the same elements as many
+    times each, in any order (a return of items ["a", "a", "b"] is ["b", "a", "a"])."""
     allow_error: bool = False
     """Whether a call that returned a tool error also counts."""
 
@@ -311,8 +357,10 @@ class ToolNotCalledCheck(StrictModel):
     """Discriminator."""
     tool: Identifier
     """Tool name."""
-    arguments: dict[Identifier, ValueOrRef] = Field(default_factory=dict)
+    arguments: dict[Identifier, CheckValue] = Field(default_factory=dict)
     """Only calls whose arguments include these values count; empty means any call."""
+    list_match: Literal["ordered", "multiset"] = "ordered"
+    """How list arguments compare (see tool_called)."""
 
 
 class OrderCheck(StrictModel):
@@ -329,8 +377,9 @@ class RowKey(StrictModel):
 
     table: Identifier
     """Table name."""
-    key: ValueOrRef
-    """Primary-key value."""
+    key: ValueOrRef | dict[Identifier, ValueOrRef]
+    """Primary-key value; for a composite key, an object with every key column, e.g.
+    {"order_id": 5123, "position": 0}."""
 
 
 class UnchangedExceptCheck(StrictModel):
@@ -373,12 +422,20 @@ class ArgRef(StrictModel):
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True, populate_by_name=False)
 
 
+if TYPE_CHECKING:
+    ArgValue = Any
+else:
+    ArgValue = TypeAliasType("ArgValue", Annotated[ArgRef | Scalar | list["ArgValue"] | dict[str, "ArgValue"],
+                                                   Field(union_mode="left_to_right")])
+"""A reference argument: a literal, a value threaded from an earlier step, or a list or object of them."""
+
+
 class Step(StrictModel):
     """One tool call of a reference chain."""
 
     tool: Identifier
     """Tool name."""
-    arguments: dict[Identifier, ArgRef | Scalar] = Field(default_factory=dict)
+    arguments: dict[Identifier, ArgValue] = Field(default_factory=dict)
     """Literal arguments, or {"$from": step, "pointer": "/id"} threaded from an earlier observation."""
     expect_error: bool = False
     """Whether this call is expected to return a tool error (e.g. a refused write)."""

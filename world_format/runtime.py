@@ -15,9 +15,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from world_format.canonical import canonical_json
 from world_format.errors import ToolCallError, WorldFormatError
 
 from .executor import CompiledTool, compile_tool, execute_tool
+from .keys import key_expression, key_from_sql, key_parameters, key_where, normalize_key
 from .models import Table, World
 from .sqlguard import CHANGE_LOG_TABLE, TRIGGER_PREFIX, Guard, open_memory_copy
 from .state import MODULUS, TableDigest, normalize_value, quote_identifier, state_hash
@@ -166,7 +168,8 @@ class WorldRuntime:
         self.strict = strict_tables(self.pristine)
         self._install_change_log()
         self.guard = Guard(self.conn, set(self.tables), timeout_s=timeout_s)
-        self.tools: dict[str, CompiledTool] = {tool.name: compile_tool(tool) for tool in world.tools}
+        json_columns = frozenset(c.name for table in world.state.tables for c in table.columns if c.json_data)
+        self.tools: dict[str, CompiledTool] = {tool.name: compile_tool(tool, json_columns) for tool in world.tools}
         self.digests = DigestCache() if digests is None else digests
         self._in_episode = False
         self._fields: dict[tuple[str, str], FieldValues] = {}
@@ -174,10 +177,10 @@ class WorldRuntime:
     def _install_change_log(self) -> None:
         self.conn.execute(f"CREATE TEMP TABLE {CHANGE_LOG_TABLE}(tbl TEXT NOT NULL, pk)")
         for table in self.tables.values():
-            name, key = quote_identifier(table.name), quote_identifier(table.primary_key)
-            literal = "'" + table.name + "'"
+            name, literal = quote_identifier(table.name), "'" + table.name + "'"
             for event, keys in (("INSERT", ["NEW"]), ("UPDATE", ["OLD", "NEW"]), ("DELETE", ["OLD"])):
-                inserts = " ".join(f"INSERT INTO {CHANGE_LOG_TABLE} VALUES ({literal}, {k}.{key});" for k in keys)
+                inserts = " ".join(f"INSERT INTO {CHANGE_LOG_TABLE} VALUES ({literal}, {key_expression(table, k)});"
+                                   for k in keys)
                 trigger = quote_identifier(f"{TRIGGER_PREFIX}{table.name}_{event.lower()}")
                 self.conn.execute(f"CREATE TEMP TRIGGER {trigger} AFTER {event} ON main.{name} BEGIN {inserts} END")
 
@@ -257,12 +260,13 @@ class Episode:
     def _changed_keys(self) -> list[tuple[str, Any]]:
         with self.runtime.guard.host() as conn:
             rows = conn.execute(f"SELECT DISTINCT tbl, pk FROM temp.{CHANGE_LOG_TABLE}").fetchall()
-        return sorted(((table, key) for table, key in rows), key=lambda item: (item[0], repr(item[1])))
+        keys = [(table, key_from_sql(self.runtime.tables[table], key)) for table, key in rows]
+        return sorted(keys, key=lambda item: (item[0], canonical_json(normalize_key(item[1]))))
 
     def _row(self, conn: sqlite3.Connection, table: Table, key: Any, as_text: bool) -> Any:
         select = _row_text_sql(table, table.name in self.runtime.strict) if as_text else "*"
-        sql = f"SELECT {select} FROM {quote_identifier(table.name)} WHERE {quote_identifier(table.primary_key)} = ?"
-        cursor = conn.execute(sql, (key,))
+        sql = f"SELECT {select} FROM {quote_identifier(table.name)} WHERE {key_where(table)}"
+        cursor = conn.execute(sql, key_parameters(table, key))
         row = cursor.fetchone()
         if row is None or as_text:
             return None if row is None else row[0]
@@ -277,7 +281,7 @@ class Episode:
                 before = self._row(self.runtime.pristine, table, key, as_text=False)
                 after = self._row(conn, table, key, as_text=False)
                 if before != after:
-                    result.append(RowChange(table_name, normalize_value(key), before, after))
+                    result.append(RowChange(table_name, normalize_key(key), before, after))
         return result
 
     def state_hash(self) -> str:

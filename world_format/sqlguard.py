@@ -63,6 +63,7 @@ _ALWAYS_DENIED = {
     sqlite3.SQLITE_DROP_VTABLE,
 }
 _WRITES = {sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE}
+_SCHEMA_TABLES = {"sqlite_master", "sqlite_schema"}
 _DENIED_FUNCTIONS = {"load_extension", "random", "randomblob", "sqlite_offset", "fts3_tokenizer"}
 _NAMED_PARAMETER = re.compile(r"(?<![:\w]):([A-Za-z_][A-Za-z0-9_]*)")
 _OTHER_PARAMETER = re.compile(r"(?<![\w])(\?\d*|[@$][A-Za-z_][A-Za-z0-9_]*)")
@@ -116,6 +117,10 @@ class Guard:
             return sqlite3.SQLITE_DENY
         if action == sqlite3.SQLITE_READ and db == "temp":
             return sqlite3.SQLITE_DENY
+        if action == sqlite3.SQLITE_UPDATE and arg1 in _SCHEMA_TABLES and db == "main":
+            # SQLite registers an eponymous virtual table (json_each, json_tree) on first use as an "update" of
+            # its schema table; a statement cannot write that table itself (PRAGMA writable_schema is denied).
+            return sqlite3.SQLITE_OK
         if action in _WRITES and (self.mode != "write" or db != "main" or arg1 not in self.tables):
             return sqlite3.SQLITE_DENY
         return sqlite3.SQLITE_OK

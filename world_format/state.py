@@ -30,21 +30,49 @@ def quote_identifier(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def sql_literal(value: str | int | float | bool) -> str:
+    """A declared default as an SQL literal ('text' with quotes doubled, numbers as written, booleans 1/0)."""
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, int | float):
+        return repr(value)
+    return "'" + value.replace("'", "''") + "'"
+
+
+def check_json_columns(conn: sqlite3.Connection, state: State, source: str) -> None:
+    """Every value of a column declared ``json_data`` is valid JSON text (WorldFormatError naming the first row)."""
+    for table in state.tables:
+        for column in table.columns:
+            if not column.json_data:
+                continue
+            name = quote_identifier(column.name)
+            bad = conn.execute(f"SELECT rowid FROM {quote_identifier(table.name)} WHERE {name} IS NOT NULL "
+                               f"AND (typeof({name}) <> 'text' OR NOT json_valid({name})) LIMIT 1").fetchone()
+            if bad is not None:
+                raise WorldFormatError(f"{source}: table {table.name!r} column {column.name!r} is declared "
+                                       f"json_data but row {bad[0]} holds no valid JSON text")
+
+
 def create_table_sql(table: Table) -> str:
     """The CREATE TABLE statement (STRICT) for a declared table."""
     parts = []
     for column in table.columns:
         text = f"{quote_identifier(column.name)} {column.type}"
-        if column.primary_key:
+        if column.primary_key and not table.composite:
             text += " PRIMARY KEY"
         if column.not_null:
             text += " NOT NULL"
         if column.unique:
             text += " UNIQUE"
+        if column.default is not None:
+            text += f" DEFAULT {sql_literal(column.default)}"
         if column.references:
             ref_table, ref_column = column.references.split(".")
             text += f" REFERENCES {quote_identifier(ref_table)}({quote_identifier(ref_column)})"
         parts.append(text)
+    if table.composite:
+        parts.append(f"PRIMARY KEY ({', '.join(quote_identifier(column) for column in table.key_columns)})")
+    parts += [f"CHECK ({check})" for check in table.checks]
     return f"CREATE TABLE {quote_identifier(table.name)} ({', '.join(parts)}) STRICT"
 
 
@@ -85,6 +113,7 @@ def build_seed(state: State, source: str) -> bytes:
             _run_declared(conn, view.sql, f"{source}: /state/views/{view.name}")
         for trigger in state.triggers:
             _run_declared(conn, trigger.sql, f"{source}: /state/triggers/{trigger.name}")
+        check_json_columns(conn, state, source)
         violations = conn.execute("PRAGMA foreign_key_check").fetchall()
         if violations:
             table_name, rowid, parent, _ = violations[0]
@@ -200,6 +229,7 @@ def check_seed(conn: sqlite3.Connection, state: State, source: str) -> None:
         raise WorldFormatError(f"{source}: seed.sqlite lacks declared {kind} {name!r}")
     if conn.execute("PRAGMA foreign_key_check").fetchone():
         raise WorldFormatError(f"{source}: seed.sqlite violates a declared foreign key")
+    check_json_columns(conn, state, source)
 
 
 # --------------------------------------------------------------------------- hashing

@@ -15,11 +15,13 @@ import jsonschema
 
 from world_format.errors import WorldFormatError
 
+from .chain import threaded
 from .declaration import check_column_ref, check_declaration
 from .executor import compile_tool
 from .family import fill, first_family_row, slots
+from .keys import check_key
 from .loaded import LoadedWorld
-from .models import ArgRef, Ref, SqlCheck, Task, Tool, ToolCalledCheck, ToolNotCalledCheck, VCode
+from .models import ArgRef, Ref, SqlCheck, Task, Tool, ToolCalledCheck, ToolNotCalledCheck, UnchangedExceptCheck, VCode
 from .parameters import check_parameter_schema
 from .runtime import WorldRuntime
 from .sqlguard import Mode, named_parameters
@@ -104,6 +106,16 @@ def _prepare(runtime: WorldRuntime, sql: str, mode: Mode, where: str) -> tuple[l
 
 def _check_tool(runtime: WorldRuntime, tool: Tool, where: str) -> None:
     properties = _check_parameters(tool, where)
+    if tool.effect == "none":  # a pure tool runs no SQL: its arguments are only validated and recorded
+        if tool.anchors:
+            raise WorldFormatError(f"{where}/anchors: a pure tool names no rows")
+        compile_tool(tool)
+        return
+    _check_sql(runtime, tool, properties, where)
+
+
+def _check_sql(runtime: WorldRuntime, tool: Tool, properties: set[str], where: str) -> None:
+    mode: Mode = "write" if tool.effect == "write" else "read"
     used: set[str] = set()
     for index, precondition in enumerate(tool.preconditions):
         names, returns_rows = _prepare(runtime, precondition.sql, "read", f"{where}/preconditions/{index}/sql")
@@ -112,7 +124,7 @@ def _check_tool(runtime: WorldRuntime, tool: Tool, where: str) -> None:
         used.update(names)
     returns_rows = False
     for index, sql in enumerate(tool.statements):
-        names, returns_rows = _prepare(runtime, sql, tool.effect, f"{where}/statements/{index}")
+        names, returns_rows = _prepare(runtime, sql, mode, f"{where}/statements/{index}")
         used.update(names)
     unknown = sorted(used - properties)
     if unknown:
@@ -158,21 +170,37 @@ def _check_task(runtime: WorldRuntime, task: Task, where: str) -> None:
     table = world.state.table(task.anchor.table)
     if table is None or world.state.anchor(task.anchor.table) is None:
         raise WorldFormatError(f"{where}/anchor/table: {task.anchor.table!r} is not an anchor table")
+    check_key(table, task.anchor.key, f"{where}/anchor/key")
+    for index, row in enumerate(task.distractors):
+        declared = world.state.table(row.table)
+        if declared is None:
+            raise WorldFormatError(f"{where}/distractors/{index}/table: {row.table!r} is not a declared table")
+        check_key(declared, row.key, f"{where}/distractors/{index}/key")
     for index, step in enumerate(task.reference):
         step_where = f"{where}/reference/{index}"
         tool = world.tool(step.tool)
         if tool is None:
             raise WorldFormatError(f"{step_where}/tool: unknown tool {step.tool!r}")
-        literal = {name: value for name, value in step.arguments.items() if not isinstance(value, ArgRef)}
+        literal = {name: value for name, value in step.arguments.items() if not threaded(value)}
         for name, value in step.arguments.items():
-            if isinstance(value, ArgRef) and value.from_step >= index:
+            if any(ref.from_step >= index for ref in _arg_refs(value)):
                 raise WorldFormatError(f"{step_where}/arguments/{name}: $from must name an earlier step")
-        threaded = set(step.arguments) - set(literal)
+        threaded_names = set(step.arguments) - set(literal)
         for error in runtime.tools[step.tool].validator.iter_errors(literal):
-            if error.validator == "required" and all(name in threaded for name in _missing(error)):
+            if error.validator == "required" and all(name in threaded_names for name in _missing(error)):
                 continue
             raise WorldFormatError(f"{step_where}/arguments: {error.message}")
     _check_vcode(runtime, task, f"{where}/vcode")
+
+
+def _arg_refs(value: Any) -> list[ArgRef]:
+    if isinstance(value, ArgRef):
+        return [value]
+    if isinstance(value, list):
+        return [ref for item in value for ref in _arg_refs(item)]
+    if isinstance(value, dict):
+        return [ref for item in value.values() for ref in _arg_refs(item)]
+    return []
 
 
 def _missing(error: jsonschema.ValidationError) -> list[str]:
@@ -211,6 +239,13 @@ def _check_vcode(runtime: WorldRuntime, task: Task, where: str) -> None:
             for name in check.tools:
                 if world.tool(name) is None:
                     raise WorldFormatError(f"{check_where}/tools: unknown tool {name!r}")
+        if isinstance(check, UnchangedExceptCheck):
+            for r_index, row in enumerate(check.rows):
+                declared = world.state.table(row.table)
+                if declared is None:
+                    raise WorldFormatError(f"{check_where}/rows/{r_index}/table: {row.table!r} is not a declared table")
+                if not isinstance(row.key, Ref):
+                    check_key(declared, row.key, f"{check_where}/rows/{r_index}/key")
         if isinstance(check, SqlCheck):
             names, returns_rows = _prepare(runtime, check.query, "read", f"{check_where}/query")
             if not returns_rows or set(names) != set(check.params):

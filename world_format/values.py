@@ -17,6 +17,7 @@ Every comparison VCode makes goes through :func:`values_equal`:
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import unicodedata
@@ -68,8 +69,19 @@ def numbers_equal(left: Decimal, right: Decimal, decimals: int | None = None,
     return rounded(left, decimals, rounding) == rounded(right, decimals, rounding)
 
 
-def values_equal(left: Any, right: Any, decimals: int | None = None, rounding: Rounding = "half_even") -> bool:
-    """Typed equality (see the module docstring): integers exactly, reals as decimals, strings exactly."""
+def values_equal(left: Any, right: Any, decimals: int | None = None, rounding: Rounding = "half_even",
+                 list_match: Literal["ordered", "multiset"] = "ordered") -> bool:
+    """Typed equality (see the module docstring): integers exactly, reals as decimals, strings exactly; lists
+    element by element (in order, or as multisets), objects field by field."""
+    if isinstance(left, list) or isinstance(right, list):
+        if not (isinstance(left, list) and isinstance(right, list)) or len(left) != len(right):
+            return False
+        if list_match == "multiset":
+            return sorted(map(_canonical, left)) == sorted(map(_canonical, right))
+        return all(values_equal(a, b, decimals, rounding, list_match) for a, b in zip(left, right, strict=True))
+    if isinstance(left, dict) or isinstance(right, dict):
+        return (isinstance(left, dict) and isinstance(right, dict) and set(left) == set(right)
+                and all(values_equal(left[k], right[k], decimals, rounding, list_match) for k in left))
     left, right = normalize_value(left), normalize_value(right)
     if is_number(left) and is_number(right):
         if isinstance(left, int) and isinstance(right, int):
@@ -77,6 +89,15 @@ def values_equal(left: Any, right: Any, decimals: int | None = None, rounding: R
         dl, dr = to_decimal(left), to_decimal(right)
         return dl is not None and dr is not None and numbers_equal(dl, dr, decimals, rounding)
     return bool(type(left) is type(right) and left == right)
+
+
+def _canonical(value: Any) -> str:
+    """A value's canonical text with numbers normalised (integral reals as integers), for multiset comparison."""
+    if isinstance(value, list):
+        return "[" + ",".join(_canonical(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{json.dumps(k)}:{_canonical(value[k])}" for k in sorted(value)) + "}"
+    return json.dumps(normalize_value(value), sort_keys=True)
 
 
 def answer_numbers(text: str) -> list[Decimal]:

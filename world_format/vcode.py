@@ -13,8 +13,10 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from world_format.canonical import canonical_json
 from world_format.errors import BlobkitError, VCodeError
 
+from .keys import normalize_key
 from .models import (
     AnswerCheck,
     Capture,
@@ -104,10 +106,18 @@ def _capture(ctx: _Context, capture: Capture) -> None:
         raise _Fail(f"capture {capture.name}: {capture.pointer} is not in the {capture.tool} observation") from None
 
 
-def _arguments_match(ctx: _Context, wanted: dict[str, Any], arguments: Any) -> bool:
+def _resolve_deep(ctx: _Context, value: Any) -> Any:
+    if isinstance(value, list):
+        return [_resolve_deep(ctx, item) for item in value]
+    if isinstance(value, dict):
+        return {key: _resolve_deep(ctx, item) for key, item in value.items()}
+    return ctx.resolve(value)
+
+
+def _arguments_match(ctx: _Context, wanted: dict[str, Any], arguments: Any, list_match: Any = "ordered") -> bool:
     if not isinstance(arguments, dict):
         return False
-    return all(name in arguments and values_equal(arguments[name], ctx.resolve(value))
+    return all(name in arguments and values_equal(arguments[name], _resolve_deep(ctx, value), list_match=list_match)
                for name, value in wanted.items())
 
 
@@ -202,14 +212,15 @@ def _json_field_equals(answer: str, pointer: str, value: Any) -> bool:
 def _check_called(ctx: _Context, check: ToolCalledCheck) -> None:
     for event in ctx.trace:
         usable = check.allow_error or not event.error
-        if event.tool == check.tool and usable and _arguments_match(ctx, check.arguments, event.arguments):
+        if event.tool == check.tool and usable and \
+                _arguments_match(ctx, check.arguments, event.arguments, check.list_match):
             return
     raise _Fail(f"{check.tool} was not called with {dict(check.arguments)}")
 
 
 def _check_not_called(ctx: _Context, check: ToolNotCalledCheck) -> None:
     for event in ctx.trace:
-        if event.tool == check.tool and _arguments_match(ctx, check.arguments, event.arguments):
+        if event.tool == check.tool and _arguments_match(ctx, check.arguments, event.arguments, check.list_match):
             raise _Fail(f"{check.tool} was called but must not be")
 
 
@@ -222,11 +233,17 @@ def _check_order(ctx: _Context, check: OrderCheck) -> None:
         raise _Fail(f"calls out of order: {wanted[0]} missing after its predecessors")
 
 
+def _resolved_key(ctx: _Context, key: Any) -> Any:
+    if isinstance(key, dict):
+        return {name: ctx.resolve(value) for name, value in key.items()}
+    return ctx.resolve(key)
+
+
 def _check_unchanged(ctx: _Context, check: UnchangedExceptCheck) -> None:
-    allowed = {(row.table, json.dumps(normalize_value(ctx.resolve(row.key)))) for row in check.rows}
+    allowed = {(row.table, canonical_json(normalize_key(_resolved_key(ctx, row.key)))) for row in check.rows}
     inserted: dict[str, int] = {}
     for change in ctx.episode.changes():
-        if (change.table, json.dumps(change.key)) in allowed:
+        if (change.table, canonical_json(normalize_key(change.key))) in allowed:
             continue
         if change.before is None and change.table in check.inserts:
             inserted[change.table] = inserted.get(change.table, 0) + 1

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from world_format.canonical import content_id
+from world_format.keys import key_parameters, key_where
 from world_format.loaded import LoadedWorld
 from world_format.models import Task
 from world_format.runtime import WorldRuntime
@@ -19,7 +20,8 @@ from world_format.state import quote_identifier
 from .config import BuildConfig, Progress
 from .family import FamilyReport, family_instances
 from .gate import first_failed_probe, gate_task, verdicts
-from .mint import Instance, Minter, TaskSpec, select_specs
+from .mint import Instance, Minter
+from .mint_specs import TaskSpec, select_specs
 from .sides import side_of
 
 
@@ -61,11 +63,11 @@ def _identifying_values(runtime: WorldRuntime, table: str, key: Any) -> dict[str
     """Primary key and natural-key values of an anchor row (what a user would name it by)."""
     anchor, declared = runtime.world.state.anchor(table), runtime.world.state.table(table)
     assert anchor is not None and declared is not None
-    columns = [declared.primary_key, *anchor.natural_keys]
+    columns = [*declared.key_columns, *anchor.natural_keys]
     select = ", ".join(quote_identifier(c) for c in columns)
     with runtime.guard.host() as conn:
-        row = conn.execute(f"SELECT {select} FROM {quote_identifier(table)} "
-                           f"WHERE {quote_identifier(declared.primary_key)} = ?", (key,)).fetchone()
+        row = conn.execute(f"SELECT {select} FROM {quote_identifier(table)} WHERE {key_where(declared)}",
+                           key_parameters(declared, key)).fetchone()
     return dict(zip(columns, row, strict=True)) if row else {}
 
 

@@ -157,16 +157,20 @@ def first_failed_probe(matrix: dict[str, Any]) -> str:
     return reason.split(":", 1)[0]
 
 
+def _shifted(value: Any, removed: int) -> Any:
+    """An argument after step ``removed`` is gone: later $from references shift down; references to it break."""
+    if isinstance(value, ArgRef) and value.from_step > removed:
+        return value.model_copy(update={"from_step": value.from_step - 1})
+    if isinstance(value, ArgRef) and value.from_step == removed:
+        return value.model_copy(update={"from_step": 10_000})
+    if isinstance(value, list):
+        return [_shifted(item, removed) for item in value]
+    if isinstance(value, dict):
+        return {key: _shifted(item, removed) for key, item in value.items()}
+    return value
+
+
 def _renumber(steps: list[Step], removed: int) -> list[Step]:
     """Steps after removing one: $from references past it shift down; references to it stay broken."""
-    renumbered = []
-    for step in steps:
-        arguments: dict[str, Any] = {}
-        for name, value in step.arguments.items():
-            if isinstance(value, ArgRef) and value.from_step > removed:
-                value = value.model_copy(update={"from_step": value.from_step - 1})
-            elif isinstance(value, ArgRef) and value.from_step == removed:
-                value = value.model_copy(update={"from_step": 10_000})
-            arguments[name] = value
-        renumbered.append(step.model_copy(update={"arguments": arguments}))
-    return renumbered
+    return [step.model_copy(update={"arguments": {name: _shifted(value, removed)
+                                                  for name, value in step.arguments.items()}}) for step in steps]
