@@ -22,7 +22,7 @@ from .builder.probes import PROBES, Attempt, as_messages, attempt
 
 AGENTS: dict[str, str | None] = {"reference": None, "null": "null", "shortcut": "shortcut", "wrong-row": "wrong_row",
                                  "wrong-value": "wrong_value", "off-by-one": "off_by_one", "read-only": "read_only",
-                                 "hedger": "hedged", "over-inclusive": "over_inclusive"}
+                                 "hedger": "hedged", "over-inclusive": "over_inclusive", "unconfirmed": "unconfirmed"}
 """Agent name (as the CLI spells it) → the gate probe it plays (None: the reference itself)."""
 assert {probe for probe in AGENTS.values() if probe} == set(PROBES)
 
@@ -31,7 +31,7 @@ def _agent_attempt(agent: str, runtime: WorldRuntime, case: KitCase) -> Attempt 
     reference = run_reference(runtime, case.task)
     probe = AGENTS[agent]
     if probe is None:
-        return Attempt(reference.calls.calls, final_answer(case.task)[0])
+        return Attempt(reference.calls.calls, final_answer(case.task)[0], reference.calls.turns_at)
     other = (case.distractor, run_reference(runtime, case.distractor).calls) if case.distractor else None
     return attempt(probe, runtime, case.task, reference.calls, other)
 
@@ -47,7 +47,8 @@ def trajectories(kit: Kit, agent: str, sides: tuple[str, ...] = ("train", "eval"
                 planned = _agent_attempt(agent, runtime, case)
                 if planned is not None:
                     prompt, _ = case_prompt(case, runtime.world)
-                    yield {"case_id": case.case_id, "agent": agent, "messages": as_messages(planned, prompt)}
+                    yield {"case_id": case.case_id, "agent": agent,
+                           "messages": as_messages(planned, prompt, case.task.turns)}
     finally:
         runtime.close()
 

@@ -16,31 +16,37 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
+from world_format.chain import final_answer, run_chain
+from world_format.family import fill, iter_family_rows
 from world_format.loader import load_world
-from world_format.models import ArgRef, Task, Tool
-from world_format.runtime import Episode, WorldRuntime
-from world_format.vcode import evaluate, json_pointer
+from world_format.models import Task, Tool
+from world_format.runtime import WorldRuntime
+from world_format.vcode import evaluate
 
 EXAMPLES = Path(__file__).resolve().parent
 
 
-def run_reference(ep: Episode, task: Task) -> None:
-    observations: list[Any] = []
-    for index, step in enumerate(task.reference):
-        arguments = {name: json_pointer(observations[value.from_step], value.pointer) if isinstance(value, ArgRef)
-                     else value for name, value in step.arguments.items()}
-        event = ep.call(step.tool, arguments)
-        if event.error != step.expect_error:
-            raise AssertionError(f"step {index} {step.tool}({arguments}) -> {event.observation}")
-        observations.append(event.observation)
+def filled(runtime: WorldRuntime, task: Task) -> Task:
+    """The task itself, or a family task filled in from the first row of its query that passes."""
+    if task.family is None:
+        return task
+    for row in iter_family_rows(runtime, task):
+        case = fill(task, row)
+        with runtime.episode() as ep:
+            if run_chain(ep, case.reference, case.turns).clean:
+                return case
+    raise AssertionError("no row of the family's query runs its reference chain cleanly")
 
 
 def check_task(runtime: WorldRuntime, index: int, task: Task) -> None:
+    task = filled(runtime, task)
     with runtime.episode() as ep:
-        run_reference(ep, task)
-        verdict = evaluate(task.vcode, ep, task.answer, task.answer)
+        chain = run_chain(ep, task.reference, task.turns)
+        if not chain.clean:
+            raise AssertionError(f"task {index}: {chain.problem}")
+        answer, _ = final_answer(task)
+        verdict = evaluate(task.vcode, ep, answer, task.answer)
         if not verdict.passed:
             raise AssertionError(f"task {index}: reference chain does not pass: {verdict.reason}")
         changed = [(change.table, change.key) for change in ep.changes()]
@@ -56,15 +62,20 @@ def check_write_tool(runtime: WorldRuntime, tool: Tool) -> None:
     errors = {precondition.error for precondition in tool.preconditions}
     if not errors:
         raise AssertionError(f"write tool {tool.name} has no precondition")
-    param, target = next(iter(tool.anchors.items()))
-    table, column = target.split(".")
-    keys = [row[0] for row in runtime.pristine.execute(f"SELECT {column} FROM {table} ORDER BY {column}")]
+    if not tool.anchors:
+        print(f"  {tool.name}: names no anchor row (its authored tasks exercise it)")
+        return
+    targets = [(param, *target.split(".")) for param, target in tool.anchors.items()]
+    table = targets[0][1]
+    columns = ", ".join(column for _, _, column in targets)
+    keys = [dict(zip([param for param, _, _ in targets], row, strict=True))
+            for row in runtime.pristine.execute(f"SELECT {columns} FROM {table} ORDER BY {columns}")]
     extra = {name: spec["enum"][0] for name, spec in tool.parameters["properties"].items()
-             if name != param and name in tool.parameters.get("required", []) and "enum" in spec}
+             if name not in tool.anchors and name in tool.parameters.get("required", []) and "enum" in spec}
     held, refused = [], []
     for key in keys:
         with runtime.episode() as ep:
-            event = ep.call(tool.name, {param: key, **extra})
+            event = ep.call(tool.name, {**key, **extra})
             if event.error:
                 if event.observation["error"] not in errors:
                     raise AssertionError(f"{tool.name}({key}): unexpected error {event.observation}")
@@ -76,7 +87,7 @@ def check_write_tool(runtime: WorldRuntime, tool: Tool) -> None:
     if not held or not refused:
         raise AssertionError(f"{tool.name}: precondition holds for {len(held)} and fails for {len(refused)} rows")
     with runtime.episode() as ep:
-        ok, bad = ep.call(tool.name, {param: held[0], **extra}), ep.call(tool.name, {param: refused[0], **extra})
+        ok, bad = ep.call(tool.name, {**held[0], **extra}), ep.call(tool.name, {**refused[0], **extra})
     print(f"  {tool.name}: holds for {len(held)}/{len(keys)} {table} ({100 * len(held) / len(keys):.0f}%); "
           f"e.g. {held[0]} -> {ok.observation}; {refused[0]} -> {bad.observation}")
 

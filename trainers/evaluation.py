@@ -3,7 +3,9 @@
 One episode (:func:`run_episode`) runs a case on an isolated copy of the seed: the model writes
 an assistant turn; its tool calls are parsed, validated against the declared schemas and executed,
 and each observation comes back as a ``tool`` message answering its call id; a turn without a
-tool call is the final answer; the turn cap ends the episode otherwise. The case's verifier then
+tool call is answered by the case's next scripted customer turn (a multi-turn task: the "yes" to a
+confirmation), and once the script is used up it is the final answer; the turn cap ends the episode
+otherwise. The case's verifier then
 judges the trace, the final state and the answer. Held-out evaluation, GRPO rollouts (a rollout is
 an episode sampled from the policy) and ``blobkit replay`` all run this same function.
 """
@@ -84,6 +86,7 @@ def run_episode(generate: Generate, runtime: WorldRuntime, case: KitCase, max_tu
         raise ValueError(f"case {case.case_id} has no prompt (only held-out and RL cases carry one)")
     conversation = Conversation.resume(case.prompt.messages)
     tools = case.prompt.tools
+    scripted = list(case.task.turns)
     parse_failures, answer, turns = 0, None, 0
     with runtime.episode() as episode:
         for turn in range(1, max_turns + 1):
@@ -94,8 +97,12 @@ def run_episode(generate: Generate, runtime: WorldRuntime, case: KitCase, max_tu
                 conversation.unparsed(parsed.content, parsed.parse_errors)
                 continue
             if not parsed.tool_calls:
+                conversation.answer(parsed.content)
+                if scripted:  # the agent asked: the customer's next scripted turn answers it
+                    conversation.user(scripted.pop(0).user)
+                    episode.deliver_turn()
+                    continue
                 answer = parsed.content
-                conversation.answer(answer)
                 break
             calls = [(call["name"], call["arguments"]) for call in parsed.tool_calls]
             for ident, (name, arguments) in zip(conversation.tool_calls(calls, parsed.content), calls, strict=True):
@@ -132,13 +139,15 @@ def replay_trajectory(runtime: WorldRuntime, case: KitCase, messages: Sequence[d
     """Score an agent's recorded conversation: its assistant turns are re-executed on an isolated copy of the seed.
 
     Only the assistant messages are read: each turn's ``tool_calls`` run in order (the world's real
-    observations are fed back; any ``tool`` messages in ``messages`` are ignored); the first turn without
-    a tool call is the final answer. A call that cannot be read counts as a parse failure and returns an
+    observations are fed back; any ``tool`` and ``user`` messages in ``messages`` are ignored); a turn
+    without a tool call is answered by the case's next scripted customer turn, and once the script is
+    used up, it is the final answer. A call that cannot be read counts as a parse failure and returns an
     error observation, as a malformed call from a model would.
     """
     prompt, _ = case_prompt(case, runtime.world)
     conversation = Conversation.resume(prompt)
     turns = [m for m in messages if isinstance(m, dict) and m.get("role") == "assistant"][: max_turns]
+    scripted = list(case.task.turns)
     parse_failures, answer, used = 0, None, 0
     with runtime.episode() as episode:
         for message in turns:
@@ -147,8 +156,12 @@ def replay_trajectory(runtime: WorldRuntime, case: KitCase, messages: Sequence[d
             text = message.get("content")
             content: str = text if isinstance(text, str) else ""
             if not raw:
+                conversation.answer(content)
+                if scripted:  # an assistant turn without calls asks; the kit's script gives the customer's reply
+                    conversation.user(scripted.pop(0).user)
+                    episode.deliver_turn()
+                    continue
                 answer = content
-                conversation.answer(answer)
                 break
             read = [_file_call(call) for call in raw] if isinstance(raw, list) else ["tool_calls must be a list"]
             errors = [r for r in read if isinstance(r, str)]

@@ -9,7 +9,7 @@ from typing import Any
 from world_format.canonical import canonical_json, sha256_hex
 from world_format.control import escape_json_text
 from world_format.errors import ReplayError
-from world_format.models import ArgRef, Step, Task
+from world_format.models import ArgRef, Step, Task, UserTurn
 from world_format.runtime import Episode, ToolEvent
 from world_format.vcode import json_pointer
 
@@ -65,11 +65,16 @@ class ChainRun:
     problem: str = ""
 
 
-def run_chain(episode: Episode, steps: Sequence[Step]) -> ChainRun:
-    """Execute steps in order; ``clean`` is false when a step errs unexpectedly (or fails to err)."""
+def run_chain(episode: Episode, steps: Sequence[Step], turns: Sequence[UserTurn] = ()) -> ChainRun:
+    """Execute steps in order, delivering each scripted user turn before step ``after_step`` (the rest at the
+    end); ``clean`` is false when a step errs unexpectedly (or fails to err)."""
     observations: list[Any] = []
     problem = ""
+    pending = list(turns)
     for index, step in enumerate(steps):
+        while pending and pending[0].after_step <= index:
+            pending.pop(0)
+            episode.deliver_turn()
         try:
             arguments = resolve_arguments(step, observations)
         except ReplayError as exc:
@@ -79,6 +84,8 @@ def run_chain(episode: Episode, steps: Sequence[Step]) -> ChainRun:
         if event.error != step.expect_error and not problem:
             expected = "an error" if step.expect_error else "success"
             problem = f"step {index} ({step.tool}) expected {expected}, got {observation_text(event.observation)[:120]}"
+    for _ in pending:
+        episode.deliver_turn()
     return ChainRun(tuple(episode.trace), not problem, problem)
 
 

@@ -70,8 +70,12 @@ class Conversation:
                               "content": observation_text(observation)})
 
     def answer(self, text: str) -> None:
-        """Append the assistant's final answer (a turn without tool calls)."""
+        """Append an assistant turn without tool calls (a question to the customer, or the final answer)."""
         self.messages.append({"role": "assistant", "content": text})
+
+    def user(self, text: str) -> None:
+        """Append the customer's next message (a scripted user turn)."""
+        self.messages.append({"role": "user", "content": text})
 
     def unparsed(self, text: str, errors: list[str]) -> None:
         """Append an assistant turn whose tool calls could not be parsed, and the error the agent is shown.

@@ -9,6 +9,7 @@ would blame that row instead of the declaration.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -127,9 +128,32 @@ def _check_text(world: World, source: str) -> None:
                                    "become real control syntax in a chat template; reword it")
 
 
+_DEFAULT_TYPES: dict[str, tuple[type, ...]] = {"INTEGER": (int,), "REAL": (int, float), "TEXT": (str,), "BLOB": ()}
+
+
+def _check_columns(world: World, source: str) -> None:
+    """json_data only on TEXT columns; a default of the column's own type (valid JSON for a json_data column)."""
+    for t, table in enumerate(world.state.tables):
+        for c, column in enumerate(table.columns):
+            where = f"{source}: /state/tables/{t}/columns/{c}"
+            if column.json_data and column.type != "TEXT":
+                raise WorldFormatError(f"{where}/json_data: JSON is stored in TEXT columns, not {column.type}")
+            default = column.default
+            if default is None:
+                continue
+            if isinstance(default, bool) or not isinstance(default, _DEFAULT_TYPES[column.type]):
+                raise WorldFormatError(f"{where}/default: {default!r} does not fit a {column.type} column")
+            if column.json_data:
+                try:
+                    json.loads(str(default))
+                except ValueError:
+                    raise WorldFormatError(f"{where}/default: {default!r} is not valid JSON text") from None
+
+
 def check_declaration(world: World, source: str) -> None:
     """Raise WorldFormatError (naming the JSON pointer) for the first problem of the declaration itself."""
     _check_names(world, source)
+    _check_columns(world, source)
     _check_anchors(world, source)
     _check_foreign_keys(world, source)
     _check_text(world, source)

@@ -2,6 +2,10 @@
 
 Every field carries a docstring: with ``use_attribute_docstrings`` they become the
 descriptions in ``spec/world.schema.json``. Unknown fields are an error, never dropped.
+
+This is why this file is long: it is the whole world format, one small model per concept, read top to
+bottom in the order of a world document (identity, state, tools, VCode, tasks, world); splitting
+it would scatter one schema over modules that import each other.
 """
 
 from __future__ import annotations
@@ -16,6 +20,10 @@ FORMAT_VERSION = "1"
 Slug = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{1,62}$")]
 Identifier = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")]
 Scalar = str | int | float | bool | None
+if TYPE_CHECKING:
+    ScalarValue = Scalar
+else:  # its own alias, so a left-to-right union around it keeps true a bool and 1.5 a float (smart mode inside)
+    ScalarValue = TypeAliasType("ScalarValue", Annotated[str | int | float | bool | None, Field(union_mode="smart")])
 JsonValue = Any
 
 
@@ -232,6 +240,9 @@ class Tool(StrictModel):
     """Shape of the observation."""
     anchors: dict[Identifier, str] = Field(default_factory=dict)
     """Which anchor column each parameter identifies, as "table.column" (used by task minting)."""
+    confirm: bool = False
+    """Write tools: policy asks for the customer's explicit confirmation before the call (minted chains ask and
+    wait for the "yes"; their verifiers require the write to come after it)."""
     result_noun: str | None = Field(default=None, max_length=60)
     """Plural noun for what a rows-shaped result lists, e.g. "orders" (used in minted wording)."""
     action: str | None = Field(default=None, max_length=60)
@@ -271,7 +282,7 @@ ValueOrRef = Ref | Scalar
 if TYPE_CHECKING:  # mypy cannot follow a recursive TypeAliasType
     CheckValue = Any
 else:
-    CheckValue = TypeAliasType("CheckValue", Annotated[Ref | Scalar | list["CheckValue"] | dict[str, "CheckValue"],
+    CheckValue = TypeAliasType("CheckValue", Annotated[Ref | ScalarValue | list["CheckValue"] | dict[str, "CheckValue"],
                                                        Field(union_mode="left_to_right")])
 """An argument value a verifier expects: a value, a reference, or a list or object of them."""
 
@@ -372,6 +383,35 @@ class OrderCheck(StrictModel):
     """Tool names in the required order."""
 
 
+class AfterTurnCheck(StrictModel):
+    """Every successful call of a tool comes after the customer's scripted turn ``turn`` (e.g. the "yes" that
+    confirms a write); passes when the tool was not called at all (pair it with tool_called)."""
+
+    kind: Literal["after_turn"]
+    """Discriminator."""
+    tool: Identifier
+    """Tool name."""
+    turn: int = Field(ge=0)
+    """Index of the task's scripted user turn (0-based) the calls must follow."""
+
+
+class JsonValueCheck(StrictModel):
+    """A value inside a JSON column of one row of the final state equals the expected value."""
+
+    kind: Literal["json_value"]
+    """Discriminator."""
+    table: Identifier
+    """Table name."""
+    key: ValueOrRef | dict[Identifier, ValueOrRef]
+    """The row's key (an object for a composite key)."""
+    column: Identifier
+    """A column declared json_data."""
+    pointer: str = Field(pattern=r"^(/[^/]*)*$")
+    """JSON pointer into the column's value, e.g. "/seat"."""
+    value: CheckValue
+    """The expected value (compared exactly and by type)."""
+
+
 class RowKey(StrictModel):
     """A row identified by table and primary key."""
 
@@ -394,7 +434,8 @@ class UnchangedExceptCheck(StrictModel):
 
 
 Check = Annotated[
-    SqlCheck | AnswerCheck | ToolCalledCheck | ToolNotCalledCheck | OrderCheck | UnchangedExceptCheck,
+    SqlCheck | AnswerCheck | ToolCalledCheck | ToolNotCalledCheck | OrderCheck | UnchangedExceptCheck
+    | AfterTurnCheck | JsonValueCheck,
     Field(discriminator="kind"),
 ]
 
@@ -425,9 +466,20 @@ class ArgRef(StrictModel):
 if TYPE_CHECKING:
     ArgValue = Any
 else:
-    ArgValue = TypeAliasType("ArgValue", Annotated[ArgRef | Scalar | list["ArgValue"] | dict[str, "ArgValue"],
+    ArgValue = TypeAliasType("ArgValue", Annotated[ArgRef | ScalarValue | list["ArgValue"] | dict[str, "ArgValue"],
                                                    Field(union_mode="left_to_right")])
 """A reference argument: a literal, a value threaded from an earlier step, or a list or object of them."""
+
+
+class UserTurn(StrictModel):
+    """A scripted turn of the customer, in the middle of a task: the agent asks, the customer replies."""
+
+    after_step: int = Field(ge=0)
+    """How many reference steps the agent has made when it asks (the turn comes before step ``after_step``)."""
+    assistant: str = Field(min_length=1, max_length=2000)
+    """What the agent says to ask (a reference conversation's words; an agent may word it its own way)."""
+    user: str = Field(min_length=1, max_length=2000)
+    """The customer's reply, fed to the agent when it ends a turn without a tool call."""
 
 
 class Step(StrictModel):
@@ -470,9 +522,19 @@ class Task(StrictModel):
     family: Family | None = None
     """When set, the task is a template: a string that is exactly "{{name}}" becomes the value (and
     type) of column name of one query row, and "{{name}}" inside a longer string becomes its text."""
+    turns: tuple[UserTurn, ...] = ()
+    """Scripted customer turns in the middle of the task, in order (a multi-turn conversation): each is fed to
+    the agent when it ends a turn without a tool call; the reply after the last one is the final answer."""
 
 
 # --------------------------------------------------------------------------- world
+
+
+def confirmation_policy(tool: Tool) -> str:
+    """The policy line a ``confirm`` write tool adds to the system prompt (what its verifiers hold the agent to)."""
+    action = tool.action or tool.name.replace("_", " ")
+    return (f"Before calling {tool.name} ({action}), tell the customer exactly what will change and wait for their "
+            "explicit yes; never call it in the same turn you ask.")
 
 
 class World(StrictModel):
@@ -500,6 +562,7 @@ class World(StrictModel):
         lines = [f"You are the support agent of {self.identity.name} ({self.identity.domain}).",
                  self.identity.description, "Policies:"]
         lines += [f"- {policy}" for policy in self.policies]
+        lines += [f"- {confirmation_policy(tool)}" for tool in self.tools if tool.confirm]
         return "\n".join(lines)
 
     def function_specs(self) -> list[dict[str, Any]]:

@@ -234,6 +234,13 @@ class Episode:
 
     runtime: WorldRuntime
     trace: list[ToolEvent] = field(default_factory=list)
+    turns: list[int] = field(default_factory=list)
+    """For each scripted user turn delivered so far, how many calls the trace held when it came."""
+
+    def deliver_turn(self) -> int:
+        """Record that the next scripted user turn reached the agent now; return its index."""
+        self.turns.append(len(self.trace))
+        return len(self.turns) - 1
 
     def call(self, tool: str, arguments: Any) -> ToolEvent:
         """Execute one tool call; errors become error observations, never exceptions."""

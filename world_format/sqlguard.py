@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Literal
 
+from world_format.errors import WorldFormatError
+
 Mode = Literal["read", "write"]
 
 CHANGE_LOG_TABLE = "bk_changes"
@@ -109,8 +111,10 @@ class Guard:
             return sqlite3.SQLITE_OK
         if source and source.startswith(TRIGGER_PREFIX):
             # blobkit's own temp triggers record changed keys into the temp change log.
+            # A composite key is logged as json_object(...), hence the one function they may call.
             ok = action == sqlite3.SQLITE_INSERT and arg1 == CHANGE_LOG_TABLE and db == "temp"
-            return sqlite3.SQLITE_OK if ok or action == sqlite3.SQLITE_READ else sqlite3.SQLITE_DENY
+            ok = ok or action == sqlite3.SQLITE_READ or (action == sqlite3.SQLITE_FUNCTION and arg2 == "json_object")
+            return sqlite3.SQLITE_OK if ok else sqlite3.SQLITE_DENY
         if action in _ALWAYS_DENIED:
             return sqlite3.SQLITE_DENY
         if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _DENIED_FUNCTIONS:
@@ -152,4 +156,11 @@ def open_memory_copy(seed: bytes) -> sqlite3.Connection:
     conn.deserialize(seed)
     conn.execute("PRAGMA trusted_schema=OFF")
     conn.execute("PRAGMA foreign_keys=ON")
+    try:  # the schema is parsed now, under trusted_schema=OFF, so a schema SQLite will not trust fails here, typed
+        conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise WorldFormatError(f"the seed's schema cannot be opened safely ({exc}): CHECK constraints, defaults, "
+                               "views and triggers may only use functions SQLite marks innocuous (safe in a "
+                               f"schema) on SQLite {sqlite3.sqlite_version}") from None
     return conn

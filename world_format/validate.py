@@ -21,7 +21,21 @@ from .executor import compile_tool
 from .family import fill, first_family_row, slots
 from .keys import check_key
 from .loaded import LoadedWorld
-from .models import ArgRef, Ref, SqlCheck, Task, Tool, ToolCalledCheck, ToolNotCalledCheck, UnchangedExceptCheck, VCode
+from .models import (
+    AfterTurnCheck,
+    AnswerCheck,
+    ArgRef,
+    JsonValueCheck,
+    Ref,
+    SqlCheck,
+    Task,
+    Tool,
+    ToolCalledCheck,
+    ToolNotCalledCheck,
+    UnchangedExceptCheck,
+    VCode,
+    World,
+)
 from .parameters import check_parameter_schema
 from .runtime import WorldRuntime
 from .sqlguard import Mode, named_parameters
@@ -106,6 +120,8 @@ def _prepare(runtime: WorldRuntime, sql: str, mode: Mode, where: str) -> tuple[l
 
 def _check_tool(runtime: WorldRuntime, tool: Tool, where: str) -> None:
     properties = _check_parameters(tool, where)
+    if tool.confirm and tool.effect != "write":
+        raise WorldFormatError(f"{where}/confirm: only a write tool asks the customer to confirm it")
     if tool.effect == "none":  # a pure tool runs no SQL: its arguments are only validated and recorded
         if tool.anchors:
             raise WorldFormatError(f"{where}/anchors: a pure tool names no rows")
@@ -171,6 +187,12 @@ def _check_task(runtime: WorldRuntime, task: Task, where: str) -> None:
     if table is None or world.state.anchor(task.anchor.table) is None:
         raise WorldFormatError(f"{where}/anchor/table: {task.anchor.table!r} is not an anchor table")
     check_key(table, task.anchor.key, f"{where}/anchor/key")
+    previous = 0
+    for index, turn in enumerate(task.turns):
+        if not previous <= turn.after_step <= len(task.reference):
+            raise WorldFormatError(f"{where}/turns/{index}/after_step: turns come in order, after 0 to "
+                                   f"{len(task.reference)} reference steps")
+        previous = turn.after_step
     for index, row in enumerate(task.distractors):
         declared = world.state.table(row.table)
         if declared is None:
@@ -250,6 +272,25 @@ def _check_vcode(runtime: WorldRuntime, task: Task, where: str) -> None:
             names, returns_rows = _prepare(runtime, check.query, "read", f"{check_where}/query")
             if not returns_rows or set(names) != set(check.params):
                 raise WorldFormatError(f"{check_where}: query must be a SELECT whose parameters are exactly /params")
+        _check_targets(world, task, check, check_where)
+
+
+def _check_targets(world: World, task: Task, check: Any, where: str) -> None:
+    """What an answer, after_turn or json_value check names exists: the field, the tool, the turn, the column."""
+    if isinstance(check, AnswerCheck) and check.field is not None:
+        check_column_ref(world, check.field, f"{where}/field")
+    if isinstance(check, AfterTurnCheck):
+        if world.tool(check.tool) is None:
+            raise WorldFormatError(f"{where}/tool: unknown tool {check.tool!r}")
+        if check.turn >= len(task.turns):
+            raise WorldFormatError(f"{where}/turn: the task has {len(task.turns)} scripted user turn(s)")
+    if isinstance(check, JsonValueCheck):
+        table = world.state.table(check.table)
+        column = next((c for c in table.columns if c.name == check.column), None) if table else None
+        if table is None or column is None or not column.json_data:
+            raise WorldFormatError(f"{where}: {check.table}.{check.column} is not a column declared json_data")
+        if not isinstance(check.key, Ref):
+            check_key(table, check.key, f"{where}/key")
 
 
 def _check_values(check: Any) -> list[Any]:

@@ -16,10 +16,12 @@ from typing import Any, Literal
 from world_format.canonical import canonical_json
 from world_format.errors import BlobkitError, VCodeError
 
-from .keys import normalize_key
+from .keys import key_parameters, normalize_key
 from .models import (
+    AfterTurnCheck,
     AnswerCheck,
     Capture,
+    JsonValueCheck,
     OrderCheck,
     Ref,
     SqlCheck,
@@ -29,7 +31,7 @@ from .models import (
     VCode,
 )
 from .runtime import Episode, ToolEvent
-from .state import normalize_value
+from .state import normalize_value, quote_identifier
 from .values import answer_numbers, normalize_text, numbers_equal, states, to_decimal, values_equal, without
 
 Outcome = Literal["pass", "fail", "error"]
@@ -134,7 +136,7 @@ def _check_sql(ctx: _Context, check: SqlCheck) -> None:
         for got, want in zip(rows, expected, strict=True)
     )
     if not same:
-        raise _Fail(f"sql check: expected {expected[:3]}, got {[list(r) for r in rows[:3]]}")
+        raise _Fail(f"sql check: expected {_shown(expected[:3])}, got {_shown([list(r) for r in rows[:3]])}")
 
 
 def _check_answer(ctx: _Context, check: AnswerCheck) -> None:
@@ -215,7 +217,7 @@ def _check_called(ctx: _Context, check: ToolCalledCheck) -> None:
         if event.tool == check.tool and usable and \
                 _arguments_match(ctx, check.arguments, event.arguments, check.list_match):
             return
-    raise _Fail(f"{check.tool} was not called with {dict(check.arguments)}")
+    raise _Fail(f"{check.tool} was not called with {_shown(check.arguments)}")
 
 
 def _check_not_called(ctx: _Context, check: ToolNotCalledCheck) -> None:
@@ -252,6 +254,60 @@ def _check_unchanged(ctx: _Context, check: UnchangedExceptCheck) -> None:
         raise _Fail(f"unexpected change in {change.table} row {change.key}")
 
 
+def _json_same(found: Any, expected: Any) -> bool:
+    """JSON values equal by JSON type too (true is not 1); numbers compare as ``values_equal`` does."""
+    if isinstance(found, bool) or isinstance(expected, bool):
+        return type(found) is type(expected) and found == expected
+    if isinstance(found, dict) and isinstance(expected, dict):
+        return found.keys() == expected.keys() and all(_json_same(found[k], expected[k]) for k in found)
+    if isinstance(found, list) and isinstance(expected, list):
+        return len(found) == len(expected) and all(_json_same(f, e) for f, e in zip(found, expected, strict=True))
+    if isinstance(found, dict | list) or isinstance(expected, dict | list):
+        return False
+    return values_equal(found, expected)
+
+
+def _shown(value: Any) -> Any:
+    """``value`` with every object's keys sorted, so a reason reads the same after a kit's canonical JSON."""
+    if isinstance(value, dict):
+        return {key: _shown(value[key]) for key in sorted(value)}
+    if isinstance(value, list | tuple):
+        return [_shown(item) for item in value]
+    return value
+
+
+def _check_after_turn(ctx: _Context, check: AfterTurnCheck) -> None:
+    turns = ctx.episode.turns
+    if check.turn >= len(turns):
+        if any(e.tool == check.tool and not e.error for e in ctx.trace):
+            raise _Fail(f"{check.tool} was called but the customer's turn {check.turn} never came")
+        return
+    for position, event in enumerate(ctx.trace):
+        if event.tool == check.tool and not event.error and position < turns[check.turn]:
+            raise _Fail(f"{check.tool} was called before the customer's turn {check.turn} (e.g. the confirmation)")
+
+
+def _check_json_value(ctx: _Context, check: JsonValueCheck) -> None:
+    table = ctx.episode.runtime.tables.get(check.table)
+    if table is None:
+        raise VCodeError(f"json_value check: {check.table!r} is not a declared table")
+    key = _resolved_key(ctx, check.key)
+    values = key_parameters(table, key)
+    where = " AND ".join(f"{quote_identifier(c)} = :k{i}" for i, c in enumerate(table.key_columns))
+    rows = ctx.episode.query(f"SELECT {quote_identifier(check.column)} FROM {quote_identifier(check.table)} "
+                             f"WHERE {where}", {f"k{i}": value for i, value in enumerate(values)})
+    if not rows or not isinstance(rows[0][0], str):
+        raise _Fail(f"json_value check: no JSON in {check.table}.{check.column} of row {_shown(key)}")
+    try:
+        found = json_pointer(json.loads(rows[0][0]), check.pointer)
+    except (ValueError, KeyError):
+        raise _Fail(f"json_value check: {check.pointer} is not in {check.table}.{check.column} of row {_shown(key)}"
+                    ) from None
+    expected = _resolve_deep(ctx, check.value)
+    if not _json_same(found, expected):
+        raise _Fail(f"json_value check: expected {_shown(expected)!r}, got {_shown(found)!r}")
+
+
 _CHECKS: dict[str, Any] = {
     "sql": _check_sql,
     "answer": _check_answer,
@@ -259,6 +315,8 @@ _CHECKS: dict[str, Any] = {
     "tool_not_called": _check_not_called,
     "order": _check_order,
     "unchanged_except": _check_unchanged,
+    "after_turn": _check_after_turn,
+    "json_value": _check_json_value,
 }
 
 

@@ -100,7 +100,7 @@ def _authored_distractor(runtime: WorldRuntime, task: Task, minter: Minter) -> T
 
 def _authored(runtime: WorldRuntime, task: Task, config: BuildConfig) -> TaskEntry:
     """An authored task as a candidate: its one case, or its family's verified cases."""
-    task_id = content_id(task.model_dump(mode="json", by_alias=True), "t-")
+    task_id = content_id(task.model_dump(mode="json", by_alias=True, exclude_defaults=True), "t-")
     if task.family is None:
         side = side_of(config.seed, task.anchor.table, task.anchor.key, config.eval_percent)
         instance = Instance(task_id, task.anchor.key, task, side, ((task.anchor.table, task.anchor.key),))

@@ -43,7 +43,7 @@ def reference_passes(runtime: WorldRuntime, task: Task) -> bool:
     """Whether the task's reference chain runs cleanly and its verifier passes, on an isolated episode."""
     answer, _ = final_answer(task)
     with runtime.episode() as episode:
-        result = run_chain(episode, task.reference)
+        result = run_chain(episode, task.reference, task.turns)
         return result.clean and evaluate(task.vcode, episode, answer, task.answer).passed
 
 
@@ -92,6 +92,10 @@ def family_instances(runtime: WorldRuntime, task: Task, task_id: str, *, seed: i
             continue
         if not reference_passes(runtime, filled):
             left_out["reference_fails"] += 1
+            continue
+        if any(i.key == filled.anchor.key and i.task.instruction == filled.instruction for i in found):
+            # the same request about the same row, with another chain: no agent could tell which was meant
+            left_out["same_request"] = left_out.get("same_request", 0) + 1
             continue
         found.append(Instance(task_id, filled.anchor.key, filled, side,
                               ((filled.anchor.table, filled.anchor.key),)))

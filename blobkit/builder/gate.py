@@ -17,7 +17,7 @@ from typing import Any
 
 from world_format.chain import final_answer, observation_hash, run_chain
 from world_format.control import control_strings_in
-from world_format.models import ArgRef, Step, Task
+from world_format.models import ArgRef, Step, Task, UserTurn
 from world_format.runtime import WorldRuntime
 from world_format.vcode import Verdict, evaluate
 
@@ -39,10 +39,17 @@ class ProbeOutcome:
 
 
 def run_attempt(runtime: WorldRuntime, task: Task, attempt: Attempt) -> ProbeOutcome:
-    """Execute an attempt's literal calls, then judge them and its answer with the task's verifier."""
+    """Execute an attempt's literal calls (the customer's scripted turns coming where the attempt puts them),
+    then judge them and its answer with the task's verifier."""
     with runtime.episode() as episode:
-        for tool, arguments in attempt.calls:
+        positions = list(attempt.turns_at)
+        for index, (tool, arguments) in enumerate(attempt.calls):
+            while positions and positions[0] <= index:
+                positions.pop(0)
+                episode.deliver_turn()
             episode.call(tool, arguments)
+        for _ in positions:
+            episode.deliver_turn()
         verdict = evaluate(task.vcode, episode, attempt.answer, task.answer)
         return ProbeOutcome(verdict, episode.state_hash())
 
@@ -58,15 +65,17 @@ class ReferenceRun:
     outcome: ProbeOutcome
 
 
-def run_reference(runtime: WorldRuntime, task: Task, steps: Sequence[Step] | None = None) -> ReferenceRun:
+def run_reference(runtime: WorldRuntime, task: Task, steps: Sequence[Step] | None = None,
+                  turns: Sequence[UserTurn] | None = None) -> ReferenceRun:
     """Run (a variant of) the reference chain and judge it with the answer a reference run gives."""
     answer, _ = final_answer(task)
+    turns = task.turns if turns is None else turns
     with runtime.episode() as episode:
-        result = run_chain(episode, steps if steps is not None else task.reference)
+        result = run_chain(episode, steps if steps is not None else task.reference, turns)
         verdict = evaluate(task.vcode, episode, answer, task.answer)
         outcome = ProbeOutcome(verdict, episode.state_hash())
     calls = ReferenceCalls(tuple((event.tool, event.arguments) for event in result.events),
-                           tuple(event.error for event in result.events))
+                           tuple(event.error for event in result.events), tuple(episode.turns))
     return ReferenceRun(calls, tuple(observation_hash(event.observation) for event in result.events),
                         result.clean, result.problem, outcome)
 
@@ -99,7 +108,8 @@ def _write_removal(runtime: WorldRuntime, task: Task, reference: ReferenceRun) -
     removal, reasons = [], []
     for index in successful_writes(runtime.world, reference.calls):
         steps = [step for i, step in enumerate(task.reference) if i != index]
-        without = run_reference(runtime, task, _renumber(steps, index))
+        turns = [t.model_copy(update={"after_step": t.after_step - (t.after_step > index)}) for t in task.turns]
+        without = run_reference(runtime, task, _renumber(steps, index), turns)
         changed = without.outcome.state_hash != reference.outcome.state_hash
         removal.append({"step": index, "state_hash": without.outcome.state_hash, "changed": changed})
         if not changed:

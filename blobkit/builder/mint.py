@@ -17,7 +17,7 @@ from typing import Any
 from world_format.canonical import canonical_json
 from world_format.chain import run_chain
 from world_format.keys import key_expression, key_from_sql, normalize_key
-from world_format.models import ArgRef, Column, Step, Table, Task, VCode, World
+from world_format.models import ArgRef, Column, Step, Table, Task, UserTurn, VCode, World
 from world_format.runtime import RowChange, WorldRuntime
 from world_format.state import quote_identifier
 from world_format.values import rounded, to_decimal
@@ -149,6 +149,8 @@ def _state_checks(world: World, changes: list[RowChange]) -> tuple[list[dict[str
 
 
 Builder = Callable[["Minter", TaskSpec, Any, int], "Instance | None"]
+CONFIRMATION = "Yes, please go ahead."
+"""The customer's reply to a minted confirmation question."""
 
 
 class Minter:
@@ -223,9 +225,9 @@ class Minter:
 
 
 def _task(spec: TaskSpec, key: Any, instruction: str, steps: list[Step], answer: str | None,
-          checks: list[dict[str, Any]]) -> Task:
+          checks: list[dict[str, Any]], turns: tuple[UserTurn, ...] = ()) -> Task:
     return Task(instruction=instruction, anchor={"table": spec.anchor, "key": key}, reference=tuple(steps),
-                answer=answer, vcode=VCode.model_validate({"checks": checks}), template=spec.template)
+                answer=answer, vcode=VCode.model_validate({"checks": checks}), template=spec.template, turns=turns)
 
 
 def _lookup_field(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | None:
@@ -288,6 +290,10 @@ def _write(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | None
     anchor, tool = m.world.state.anchor(spec.anchor), m.world.tool(writer)
     assert anchor is not None and tool is not None
     action, named = tool.action or _words(tool.name), key_text(table, key)
+    turns: tuple[UserTurn, ...] = ()
+    if spec.template == "write_confirmed":
+        turns = (UserTurn(after_step=1, assistant=f"I found {anchor.label} {named}. Shall I {action} it now?",
+                          user=CONFIRMATION),)
     details = "".join(f" ({_words(name)}: {value})" for name, value in spec.extras)
     instruction = m.wording(spec, key, variant, action=action, details=details)
     base = [_check("tool_called", tool=lookup, arguments=looked_up)]
@@ -295,7 +301,7 @@ def _write(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | None
         reason = observations[1].get("error", "")
         if reason in m.missing_row_errors(spec, "write") or changes:
             return None
-        answer = f"I can't {action} {anchor.label} {named}: {reason}."
+        answer = f"I can't {action} {anchor.label} {named}: {reason.rstrip('.')}."
         others = tuple(sorted({p.error for p in tool.preconditions} | {tool.result.not_found} - {reason}))
         checks = base + [_answer_check(reason, others=others), _check("unchanged_except")]
     else:
@@ -305,7 +311,9 @@ def _write(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | None
         state_checks, unchanged = _state_checks(m.world, changes)
         written = {**key_arguments(spec, "write", table, key), **dict(spec.extras)}
         checks = base + [_check("tool_called", tool=writer, arguments=written)] + state_checks + [unchanged]
-    return m.instance(spec, key, _task(spec, key, instruction, steps, answer, checks))
+        if turns:
+            checks.append(_check("after_turn", tool=writer, turn=0))
+    return m.instance(spec, key, _task(spec, key, instruction, steps, answer, checks, turns))
 
 
 def _aggregate(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | None:
@@ -354,6 +362,7 @@ _BUILDERS: dict[str, Builder] = {
     "find_then_read": _find_then_read,
     "write_ok": _write,
     "write_refused": _write,
+    "write_confirmed": _write,
     "aggregate_count": _aggregate,
     "aggregate_total": _aggregate,
 }

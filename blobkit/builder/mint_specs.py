@@ -22,7 +22,9 @@ KeyParams = str | tuple[str, ...]
 Roles = tuple[tuple[str, KeyParams], ...]
 """A spec's bindings: (role, tool name) and (role + "_param", the key parameters of that tool)."""
 
-TEMPLATES = ("lookup_field", "find_then_read", "write_ok", "write_refused", "aggregate_count", "aggregate_total")
+TEMPLATES = ("lookup_field", "find_then_read", "write_ok", "write_refused", "aggregate_count", "aggregate_total",
+             "write_confirmed")
+"""Minting templates, in the order specs rotate over them (write_confirmed: a write the customer must confirm)."""
 
 WORDINGS: dict[str, tuple[str, ...]] = {
     "lookup_field": ("What is the {field} of {label} {key}?", "Can you tell me the {field} for {label} {key}?",
@@ -39,6 +41,7 @@ WORDINGS: dict[str, tuple[str, ...]] = {
                         "Sum the {field} over the {noun} of {label} {key}, please."),
 }
 WORDINGS["write_refused"] = WORDINGS["write_ok"]
+WORDINGS["write_confirmed"] = WORDINGS["write_ok"]
 
 
 @dataclass(frozen=True)
@@ -166,7 +169,7 @@ def discover_specs(world: World) -> dict[str, list[TaskSpec]]:
                     continue
                 roles = (("lookup", lookup.name), ("lookup_param", lookup_param), ("write", writer.name),
                          ("write_param", param))
-                for template in ("write_ok", "write_refused"):
+                for template in ("write_confirmed" if writer.confirm else "write_ok", "write_refused"):
                     found[template].append(TaskSpec(template, anchor.table, roles, None, extras))
     return found
 

@@ -16,6 +16,8 @@ off_by_one         the reference calls with every anchor-key integer argument pl
 read_only          the reference calls without their successful writes, with the answer key
 hedged             the reference calls; the answer key plus a conflicting value ("… or X")
 over_inclusive     the reference calls; the answer key plus every candidate value of the field
+unconfirmed        (multi-turn tasks) the reference calls all made before the customer's turns
+                   come: a write without waiting for the confirmation
 =================  ===========================================================================
 
 A probe that cannot differ from the reference on a case (no write to leave out, no integer key, no
@@ -30,13 +32,14 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from world_format.models import AnswerCheck, Ref, Task, Tool, World
+from world_format.models import AnswerCheck, Ref, Task, Tool, UserTurn, World
 from world_format.runtime import WorldRuntime
 from world_format.state import normalize_value
 from world_format.values import normalize_text, to_decimal
 
 Call = tuple[str, dict[str, Any]]
-PROBES = ("null", "shortcut", "wrong_row", "wrong_value", "off_by_one", "read_only", "hedged", "over_inclusive")
+PROBES = ("null", "shortcut", "wrong_row", "wrong_value", "off_by_one", "read_only", "hedged", "over_inclusive",
+          "unconfirmed")
 """Every probe, in the order the gate runs them."""
 MAX_LISTED_VALUES = 50
 """The over-inclusive answer lists at most this many candidate values of a field."""
@@ -44,18 +47,26 @@ MAX_LISTED_VALUES = 50
 
 @dataclass(frozen=True)
 class Attempt:
-    """A scripted trajectory: the calls an agent makes, in order, and its final answer."""
+    """A scripted trajectory: the calls an agent makes, in order, its final answer, and (a multi-turn task) how
+    many calls it has made when each of the customer's scripted turns comes."""
 
     calls: tuple[Call, ...]
     answer: str | None
+    turns_at: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
 class ReferenceCalls:
-    """The reference chain as executed: resolved calls and which of them returned an error."""
+    """The reference chain as executed: resolved calls, which returned an error, and where the customer's turns
+    came (calls made before each)."""
 
     calls: tuple[Call, ...]
     errors: tuple[bool, ...]
+    turns_at: tuple[int, ...] = ()
+
+    def placed(self, calls: tuple[Call, ...], answer: str | None) -> Attempt:
+        """An attempt making ``calls`` with the customer's turns where the reference had them (or at the end)."""
+        return Attempt(calls, answer, tuple(min(at, len(calls)) for at in self.turns_at))
 
 
 def _is_write(world: World, tool: str) -> bool:
@@ -104,27 +115,34 @@ def perturb_answer(answer: str, task: Task | None = None) -> str:
     return "Sorry, that request was not possible today."
 
 
-def null() -> Attempt:
+def null(run: ReferenceCalls) -> Attempt:
     """Do nothing, say nothing."""
-    return Attempt((), None)
+    return run.placed((), None)
 
 
 def shortcut(world: World, task: Task, run: ReferenceCalls) -> Attempt:
     """Jump straight to the last write."""
     writes = successful_writes(world, run)
-    return Attempt((run.calls[writes[-1]],) if writes else (), task.answer)
+    return run.placed((run.calls[writes[-1]],) if writes else (), task.answer)
 
 
 def wrong_row(distractor: Task, distractor_run: ReferenceCalls) -> Attempt:
     """Another case's chain and answer."""
-    return Attempt(distractor_run.calls, distractor.answer)
+    return distractor_run.placed(distractor_run.calls, distractor.answer)
+
+
+def unconfirmed(task: Task, run: ReferenceCalls) -> Attempt | None:
+    """Every reference call made before the customer's scripted turns come; None for a single-turn task."""
+    if not task.turns:
+        return None
+    return Attempt(run.calls, task.answer, tuple(len(run.calls) for _ in run.turns_at))
 
 
 def wrong_value(world: World, task: Task, run: ReferenceCalls) -> Attempt:
     """The right calls with the checked answer wrong, or (answer unchecked) the last write's argument wrong."""
     calls = [(tool, dict(args)) for tool, args in run.calls]
     if task.answer is not None and answer_checks(task):
-        return Attempt(tuple(calls), perturb_answer(task.answer, task))
+        return run.placed(tuple(calls), perturb_answer(task.answer, task))
     writes = successful_writes(world, run)
     if calls:
         index = writes[-1] if writes else len(calls) - 1
@@ -135,7 +153,7 @@ def wrong_value(world: World, task: Task, run: ReferenceCalls) -> Attempt:
         names = [n for n in arguments if n not in key_params] or list(arguments)
         if names:
             arguments[names[0]] = perturb(arguments[names[0]], properties.get(names[0]))
-    return Attempt(tuple(calls), task.answer)
+    return run.placed(tuple(calls), task.answer)
 
 
 def off_by_one(world: World, task: Task, run: ReferenceCalls) -> Attempt | None:
@@ -148,7 +166,7 @@ def off_by_one(world: World, task: Task, run: ReferenceCalls) -> Attempt | None:
                  for name, value in arguments.items()}
         changed = changed or moved != arguments
         calls.append((tool_name, moved))
-    return Attempt(tuple(calls), task.answer) if changed else None
+    return run.placed(tuple(calls), task.answer) if changed else None
 
 
 def read_only(world: World, task: Task, run: ReferenceCalls) -> Attempt | None:
@@ -156,7 +174,9 @@ def read_only(world: World, task: Task, run: ReferenceCalls) -> Attempt | None:
     writes = set(successful_writes(world, run))
     if not writes:
         return None
-    return Attempt(tuple(call for i, call in enumerate(run.calls) if i not in writes), task.answer)
+    kept = [i for i in range(len(run.calls)) if i not in writes]
+    return Attempt(tuple(run.calls[i] for i in kept), task.answer,
+                   tuple(sum(1 for i in kept if i < at) for at in run.turns_at))
 
 
 def _number_alternatives(value: Any) -> list[str]:
@@ -209,7 +229,7 @@ def hedged(runtime: WorldRuntime, task: Task, run: ReferenceCalls) -> Attempt | 
     if task.answer is None or not checks:
         return None
     extra = [(alternatives(runtime, check, value) or ["…"])[0] for check, value in checks]
-    return Attempt(run.calls, f"{task.answer} Or perhaps: {'; '.join(extra)}.")
+    return run.placed(run.calls, f"{task.answer} Or perhaps: {'; '.join(extra)}.")
 
 
 def over_inclusive(runtime: WorldRuntime, task: Task, run: ReferenceCalls) -> Attempt | None:
@@ -218,7 +238,7 @@ def over_inclusive(runtime: WorldRuntime, task: Task, run: ReferenceCalls) -> At
     if task.answer is None or not checks:
         return None
     listed = [value for check, right in checks for value in alternatives(runtime, check, right)[:MAX_LISTED_VALUES]]
-    return Attempt(run.calls, f"{task.answer} It could also be one of: {', '.join(listed) or '…'}.")
+    return run.placed(run.calls, f"{task.answer} It could also be one of: {', '.join(listed) or '…'}.")
 
 
 def attempt(name: str, runtime: WorldRuntime, task: Task, run: ReferenceCalls,
@@ -226,7 +246,7 @@ def attempt(name: str, runtime: WorldRuntime, task: Task, run: ReferenceCalls,
     """Probe ``name``'s attempt on this case (None: not applicable here)."""
     world = runtime.world
     if name == "null":
-        return null()
+        return null(run)
     if name == "shortcut":
         return shortcut(world, task, run)
     if name == "wrong_row":
@@ -241,6 +261,8 @@ def attempt(name: str, runtime: WorldRuntime, task: Task, run: ReferenceCalls,
         return hedged(runtime, task, run)
     if name == "over_inclusive":
         return over_inclusive(runtime, task, run)
+    if name == "unconfirmed":
+        return unconfirmed(task, run)
     raise ValueError(f"unknown probe {name!r}")
 
 
@@ -250,12 +272,22 @@ def attempts(runtime: WorldRuntime, task: Task, run: ReferenceCalls,
     return {name: attempt(name, runtime, task, run, distractor) for name in PROBES}
 
 
-def as_messages(attempt: Attempt, prompt: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The attempt as a conversation in the kit's row format (one assistant turn per call, then the answer)."""
+def as_messages(attempt: Attempt, prompt: Sequence[dict[str, Any]],
+                turns: Sequence[UserTurn] = ()) -> list[dict[str, Any]]:
+    """The attempt as a conversation in the kit's row format: one assistant turn per call, the scripted customer
+    turns where the attempt puts them (each after an assistant turn asking for it), then the answer."""
     from world_format.conversation import Conversation
 
     conversation = Conversation.resume(list(prompt))
-    for tool, arguments in attempt.calls:
+    pending = list(zip(attempt.turns_at, turns, strict=False))
+    for index, (tool, arguments) in enumerate(attempt.calls):
+        while pending and pending[0][0] <= index:
+            turn = pending.pop(0)[1]
+            conversation.answer(turn.assistant)
+            conversation.user(turn.user)
         conversation.tool_calls([(tool, arguments)])
+    for _, turn in pending:
+        conversation.answer(turn.assistant)
+        conversation.user(turn.user)
     conversation.answer(attempt.answer or "")
     return conversation.messages

@@ -80,6 +80,10 @@ def split_cases(entries: list[TaskEntry], progress: Progress = no_progress) -> t
         progress("split", index, len(instances))
         (held_out if instance.side == "eval" else train).append(Case.make(instance, instance.side))
     progress("split", len(instances), len(instances))
+    repeated = sorted(i for i, n in Counter(case.case_id for case in train + held_out).items() if n > 1)
+    if repeated:
+        raise KitError(f"case {repeated[0]} was made twice (the same task, anchor row and instruction); "
+                       "each request must name what it is about")
     if not train or not held_out:
         left = Counter(name for entry in entries for name, count in entry.left_out.items() for _ in range(count))
         gated = f"; the gate left out {', '.join(f'{n} {k}' for k, n in sorted(left.items()))}" if left else ""
