@@ -38,6 +38,7 @@ schema: venv
 examples: venv
 	$(PY) examples/retail_desk/generate.py
 	$(PY) examples/it_helpdesk/generate.py
+	$(PY) examples/airline_desk/generate.py
 
 bench: venv
 	$(PY) benchmarks/build_scaling.py
