@@ -495,3 +495,15 @@ def test_reference_and_check_values_keep_their_json_type_inside_lists_and_object
     assert [type(v) for v in arguments["items"]] == [bool, int] and arguments["nested"]["on"] is False
     assert task.vcode.checks[0].arguments == {"flag": True, "items": [False, 1]}  # type: ignore[union-attr]
     assert type(task.vcode.checks[0].arguments["items"][0]) is bool  # type: ignore[union-attr]
+
+
+def test_the_unconfirmed_agent_says_it_applies_to_no_case_of_a_single_turn_kit_and_eval_refuses_an_empty_file(
+        kit_path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "unconfirmed.jsonl"
+    runner = CliRunner()
+    written = runner.invoke(app, ["adversary", "--kit", str(kit_path), "--agent", "unconfirmed", "--out", str(out)])
+    assert written.exit_code == 0 and out.read_text() == ""
+    assert "0 trajectories of unconfirmed written" in written.output
+    assert "(unconfirmed applies to no case of this kit)" in written.output
+    scored = runner.invoke(app, ["eval", "--kit", str(kit_path), "--trajectories", str(out)])
+    assert scored.exit_code != 0 and f"{out} holds no trajectories: nothing to score" in str(scored.exception)

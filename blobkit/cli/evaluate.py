@@ -15,7 +15,8 @@ SIDES = {"train": ("train",), "eval": ("eval",), "both": ("train", "eval")}
 
 def adversary(kit: Path = typer.Option(..., "--kit", help="Kit directory or archive."),
               agent: str = typer.Option(..., "--agent", help="reference, null, shortcut, wrong-row, wrong-value, "
-                                                             "off-by-one, read-only, hedger or over-inclusive."),
+                                                             "off-by-one, read-only, hedger, over-inclusive or "
+                                                             "unconfirmed (multi-turn cases only)."),
               side: str = typer.Option("both", "--side", help="train, eval or both."),
               out: Path | None = typer.Option(None, "--out", help="Write the trajectories here (default: stdout).")
               ) -> None:
@@ -37,7 +38,9 @@ def adversary(kit: Path = typer.Option(..., "--kit", help="Kit directory or arch
         typer.echo(data.decode("utf-8"), nl=False)
     else:
         atomic_write_bytes(out, data)
-        typer.echo(f"{len(lines)} trajectories of {agent} written to {out}", err=True)
+        scope = "" if side == "both" else f"{side} "
+        applies = "" if lines else f" ({agent} applies to no {scope}case of this kit)"
+        typer.echo(f"{len(lines)} trajectories of {agent} written to {out}{applies}", err=True)
 
 
 def _read_lines(path: Path) -> list[dict[str, Any]]:
@@ -51,6 +54,8 @@ def _read_lines(path: Path) -> list[dict[str, Any]]:
     for number, line in enumerate(lines, start=1):
         if not isinstance(line.get("case_id"), str) or not isinstance(line.get("messages"), list):
             raise TrajectoryError(f"{path}:{number}: each line needs a case_id (string) and messages (list)")
+    if not lines:
+        raise TrajectoryError(f"{path} holds no trajectories: nothing to score")
     return lines
 
 
