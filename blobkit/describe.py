@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from blobkit.adversaries import stored_pass_rates
+from blobkit.wording import kit_lint
 from world_format.errors import WorldFormatError
 from world_format.family import fill, iter_family_rows
 from world_format.kit import KIT_FILE, Kit, open_kit
@@ -111,11 +112,12 @@ def _describe_kit(kit: Kit) -> tuple[dict[str, Any], str]:
     for record in tasks + rejected:
         left_out.update(record.cases_left_out)
     adversaries = stored_pass_rates(kit)
+    wording = kit_lint(kit)
     summary = {
         "kind": "kit", **meta["record"], "world": meta["world"], "split": meta["split"], "leakage": meta["leakage"],
         "templates": meta["templates"], "files": len(meta["files"]), "sha256": kit.sha256, "verified": True,
         "probe_summary": {probe: dict(sorted(counts.items())) for probe, counts in sorted(probe_summary.items())},
-        "cases_left_out": dict(sorted(left_out.items())), "adversaries": adversaries,
+        "cases_left_out": dict(sorted(left_out.items())), "adversaries": adversaries, "wording": wording,
     }
     lines = [f"kit for world {meta['world']['id']} (world sha256 {meta['world']['sha256'][:16]}…) [verified]",
              f"  {len(tasks)} tasks admitted, {len(rejected)} rejected; templates: {', '.join(meta['templates'])}",
@@ -126,6 +128,9 @@ def _describe_kit(kit: Kit) -> tuple[dict[str, Any], str]:
              "  cases the gate left out: " + (", ".join(f"{k} {v}" for k, v in sorted(left_out.items())) or "none"),
              "  adversarial agents (cases passed / cases where the agent applies; every one must be 0):"]
     lines += [f"    {agent}: {rate['passed']}/{rate['cases']}" for agent, rate in adversaries.items()]
+    defects = wording["defects"]
+    lines.append(f"  wording lint of minted text ({wording['minted_texts']} texts): "
+                 + (", ".join(f"{k} {v}" for k, v in defects.items()) if defects else "no defects"))
     lines.append("  probes of each task's prototype (outcome counts over all candidates):")
     for probe, counts in summary["probe_summary"].items():
         lines.append(f"    {probe}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from blobkit.errors import KitError
+from blobkit.wording import defects, world_words
 from world_format.archive import write_tar_zst
 from world_format.canonical import canonical_bytes
 from world_format.kit import KIT_FILE
@@ -27,7 +28,7 @@ from .config import BuildConfig, Progress, no_progress
 from .kit_files import Executed, build_record, kit_files, kit_meta
 from .mint import Minter
 from .rows import replay_rows
-from .split import split_cases
+from .split import Case, split_cases
 
 
 def _load(world_path: Path, progress: Progress) -> tuple[LoadedWorld, WorldRuntime]:
@@ -58,7 +59,22 @@ def _execute(loaded: LoadedWorld, runtime: WorldRuntime, config: BuildConfig, pr
     if not admitted:
         raise KitError(f"{loaded.path}: no task passed the discrimination gate; see the reasons with --json")
     train, held_out = split_cases(admitted, progress)
+    _check_wording(loaded, train + held_out)
     return Executed(entries, train, held_out, replay_rows(runtime, train, progress))
+
+
+def _check_wording(loaded: LoadedWorld, cases: list[Case]) -> None:
+    """Minted text is what a model learns to say: a wording defect in it fails the build (KitError)."""
+    names, nouns = world_words(loaded.world)
+    for case in cases:
+        task = case.instance.task
+        if task.template == "authored":
+            continue
+        for text in [task.instruction, task.answer or ""] + [t.assistant for t in task.turns]:
+            found = defects(text, names, nouns)
+            if found:
+                raise KitError(f"{loaded.path}: minted {task.template} text has a wording defect ({found[0]}): "
+                               f"{text!r}; reword the world's label, result_noun or action that it comes from")
 
 
 @dataclass(frozen=True)

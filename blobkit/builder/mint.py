@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from blobkit.wording import counted
 from world_format.canonical import canonical_json
 from world_format.chain import run_chain
 from world_format.keys import key_expression, key_from_sql, normalize_key
@@ -269,7 +270,7 @@ def _find_then_read(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instan
     lister_tool = m.world.tool(lister)
     assert anchor is not None and lister_tool is not None
     noun = lister_tool.result_noun or "records"
-    answer = f"The {anchor.label} with {_words(natural)} {natural_value} has {count} {noun}."
+    answer = f"The {anchor.label} with {_words(natural)} {natural_value} has {counted(count, noun)}."
     checks = [_check("tool_called", tool=finder, arguments={spec.param("find"): natural_value}),
               _check("tool_called", tool=lister, arguments=key_arguments(spec, "list", table, key)),
               _answer_check(count), _check("unchanged_except")]
@@ -307,7 +308,7 @@ def _write(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | None
     else:
         if not changes:
             return None
-        answer = f"Done: I did {action} {anchor.label} {named} as requested."
+        answer = f"Done: I have completed your request to {action} {anchor.label} {named}."
         state_checks, unchanged = _state_checks(m.world, changes)
         written = {**key_arguments(spec, "write", table, key), **dict(spec.extras)}
         checks = base + [_check("tool_called", tool=writer, arguments=written)] + state_checks + [unchanged]
@@ -330,7 +331,7 @@ def _aggregate(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | 
     if spec.template == "aggregate_count":
         value: Any = len(rows)
         declared = None
-        answer = f"{anchor.label.capitalize()} {named} has {value} {noun}."
+        answer = f"{anchor.label.capitalize()} {named} has {counted(value, noun)}."
         instruction = m.wording(spec, key, variant, noun=noun)
     else:
         column = _numeric_column(rows)
@@ -340,7 +341,7 @@ def _aggregate(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | 
         value = sum((to_decimal(row[column]) or Decimal(0) for row in rows), Decimal(0))
         if declared is not None and declared.decimals is not None:
             value = rounded(value, declared.decimals, declared.rounding)
-        answer = f"The sum of {_words(column)} across the {noun} of {anchor.label} {named} is {_plain(value)}."
+        answer = f"Across the {noun} of {anchor.label} {named}, the {_words(column)} adds up to {_plain(value)}."
         instruction = m.wording(spec, key, variant, noun=noun, field=_words(column))
     checks = [_check("tool_called", tool=lister, arguments=arguments),
               _answer_check(value, column=declared if spec.template == "aggregate_total" else None),

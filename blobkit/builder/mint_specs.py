@@ -28,7 +28,7 @@ TEMPLATES = ("lookup_field", "find_then_read", "write_ok", "write_refused", "agg
 
 WORDINGS: dict[str, tuple[str, ...]] = {
     "lookup_field": ("What is the {field} of {label} {key}?", "Can you tell me the {field} for {label} {key}?",
-                     "I need the {field} on {label} {key}, please."),
+                     "Please look up the {field} of {label} {key}."),
     "find_then_read": ("How many {noun} does the {label} with {nk} {nv} have?",
                        "The {label} with {nk} {nv} wants to know how many {noun} they have.",
                        "Please count the {noun} of the {label} whose {nk} is {nv}."),
@@ -36,7 +36,7 @@ WORDINGS: dict[str, tuple[str, ...]] = {
                  "I'd like you to {action} {label} {key}{details}."),
     "aggregate_count": ("How many {noun} does {label} {key} have?", "Count the {noun} of {label} {key}, please.",
                         "What is the number of {noun} for {label} {key}?"),
-    "aggregate_total": ("What is the total {field} across the {noun} of {label} {key}?",
+    "aggregate_total": ("What does the {field} add up to across the {noun} of {label} {key}?",
                         "Add up the {field} of all {noun} for {label} {key}.",
                         "Sum the {field} over the {noun} of {label} {key}, please."),
 }
