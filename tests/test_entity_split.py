@@ -14,8 +14,11 @@ from blobkit.builder.entities import Entities, entity_id, owning_reference
 from blobkit.builder.leakage import identifying_text
 from blobkit.builder.mint import Instance, Minter
 from blobkit.builder.sides import Sides, side_of
+from trainers.evaluation import EpisodeResult, EvalSummary
+from trainers.intervals import wilson_interval
 from world_format.loader import load_world
 from world_format.models import Task
+from world_format.vcode import Verdict
 
 RETAIL = ROOT / "examples" / "retail_desk" / "world.json"
 AIRLINE = ROOT / "examples" / "airline_desk" / "world.json"
@@ -118,3 +121,20 @@ def test_every_case_records_its_entity_and_no_entity_is_on_both_sides() -> None:
             sides.setdefault(case["entity"], set()).add(case["side"])
     assert all(len(found) == 1 for found in sides.values())
     assert built.meta["leakage"]["eval_entities"] >= 20
+
+
+def test_the_wilson_interval_matches_the_published_values() -> None:
+    # statsmodels proportion_confint(5, 10, method="wilson") = (0.2366, 0.7634); 0 of 10: (0, 0.2775)
+    assert wilson_interval(5, 10) == (0.2366, 0.7634)
+    assert wilson_interval(0, 10) == (0.0, 0.2775) and wilson_interval(10, 10) == (0.7225, 1.0)
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+
+
+def test_an_eval_summary_carries_cases_entities_and_the_interval() -> None:
+    verdict = Verdict("pass")
+    results = tuple(EpisodeResult(f"c-{i}", "lookup_field", "read", verdict if i % 2 else Verdict("fail", "x"),
+                                  "a", 1, 0, (), (), f"customers:{i // 2}") for i in range(8))
+    summary = EvalSummary(results).to_json()
+    assert (summary["cases"], summary["passed"], summary["entities"]) == (8, 4, 4)
+    assert summary["interval_95"] == list(wilson_interval(4, 8))
+    assert summary["per_template"]["lookup_field"]["cases"] == 8

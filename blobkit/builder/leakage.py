@@ -8,12 +8,13 @@ Three measures (kit.json ``leakage``; ``blobkit info`` prints them):
   answer key states and that also appear in the text of some training row (must be 0);
 - **instruction similarity**: the most similar pair of a training and a held-out instruction.
 
-The identifier rule (spec/world-format.md, "The split"): the rows a held-out case touches are its anchor row and
-its entity's root row; their identifiers are the values of their primary-key columns and, for anchor tables,
-their natural keys. A value counts when it could only be that row's: text of at least
-:data:`MIN_TEXT_CHARS` characters, or an integer with at least :data:`MIN_INT_DIGITS` digits (smaller numbers
-are indistinguishable from counts, quantities and positions). A value *appears* in a text as a whole token:
-not run into letters, digits or ``_``, and a number not part of a decimal or a longer number. Training text is
+The identifier rule (spec/world-format.md, "The split"): the rows a held-out case touches are its anchor row, the
+rows its reference chain names (``Instance.anchors_touched``) and their entity roots; their identifiers are the
+values of their primary-key columns and, for anchor tables, their natural keys. A value counts when it could only
+be that row's: text of at least :data:`MIN_TEXT_CHARS` characters, or an integer with at least
+:data:`MIN_INT_DIGITS` digits (smaller numbers are indistinguishable from counts, quantities and positions). A value
+*appears* in a text as a whole token: not run into letters, digits or ``_``, and a number not part of a decimal or
+a longer number. Training text is
 every non-system message of every sft.jsonl row (contents, tool-call arguments, observations); a held-out case's
 text is its instruction, its scripted customer turns and its answer key.
 """
@@ -40,7 +41,8 @@ MIN_TEXT_CHARS = 4
 """Shortest text value counted as an identifier."""
 MIN_INT_DIGITS = 3
 """Fewest digits of an integer counted as an identifier."""
-IDENTIFIER_RULE = (f"primary-key and natural-key values of each held-out case's anchor row and entity root row "
+IDENTIFIER_RULE = (f"primary-key and natural-key values of the rows each held-out case touches (its anchor row, the "
+                   f"rows its chain names, their entity roots) "
                    f"(text of {MIN_TEXT_CHARS}+ characters, integers of {MIN_INT_DIGITS}+ digits), stated as a "
                    "whole token in the case's instruction, customer turns or answer key and in the non-system "
                    "messages of any sft.jsonl row")
@@ -103,7 +105,7 @@ def _row_identifiers(runtime: WorldRuntime, table: str, key: Any) -> list[Identi
 
 
 def case_identifiers(runtime: WorldRuntime, sides: Sides, case: Case) -> list[Identifier]:
-    """Identifiers of the rows ``case`` touches: each anchor row it is about, and that row's entity root."""
+    """Identifiers of the rows ``case`` touches: its anchor row, the rows its chain names, and their entity roots."""
     rows: list[tuple[str, Any]] = []
     for table, key in case.instance.anchors_touched:
         rows += [(table, key), sides.entities.root(table, key)]
