@@ -138,3 +138,12 @@ def test_an_eval_summary_carries_cases_entities_and_the_interval() -> None:
     assert (summary["cases"], summary["passed"], summary["entities"]) == (8, 4, 4)
     assert summary["interval_95"] == list(wilson_interval(4, 8))
     assert summary["per_template"]["lookup_field"]["cases"] == 8
+
+
+def test_company_inspect_reports_held_out_entities_against_the_minimum() -> None:
+    from blobkit.company import inspect_source
+    from blobkit.company.inspect import MIN_HELD_OUT_ENTITIES
+
+    entities = inspect_source(AIRLINE)["admission"]["independent_entities"]
+    assert entities["shared"] == 0 and entities["eval_minimum"] == MIN_HELD_OUT_ENTITIES
+    assert entities["eval_needed"] == max(0, MIN_HELD_OUT_ENTITIES - entities["eval"])
