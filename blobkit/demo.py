@@ -68,9 +68,11 @@ def main() -> None:
     replay = json.loads(_run("replay", "--model", str(args.out / "run" / "export"), "--kit", kit, "--json",
                              offline=offline, judged=True))
     minutes = (time.monotonic() - started) / 60
-    print(f"\n{'model':<8}{'held-out pass rate':>20}{'cases':>8}")
+    print(f"\n{'model':<8}{'held-out pass rate':>20}{'cases':>8}{'entities':>10}{'95 % interval':>16}")
     for name in ("base", "sft"):
-        print(f"{name:<8}{report[name]['pass_rate']:>20.3f}{report[name]['cases']:>8}")
+        low, high = report[name]["interval_95"]
+        print(f"{name:<8}{report[name]['pass_rate']:>20.3f}{report[name]['cases']:>8}{report[name]['entities']:>10}"
+              f"{f'{low:.2f}-{high:.2f}':>16}")
     print(f"\nkit {record['kit']['archive']} ({record['sft_rows']} SFT rows, {record['eval_cases']} held-out cases)")
     print(f"optimizer updates {report['optimizer_updates']}; export {args.out / 'run' / 'export'}")
     print(f"replay of {replay['case_id']} in a fresh process: {replay['verdict']['outcome']}")

@@ -100,6 +100,17 @@ def _describe_world(loaded: LoadedWorld) -> tuple[dict[str, Any], str]:
     return summary, "\n".join(lines)
 
 
+def _leakage_text(leakage: dict[str, Any]) -> str:
+    """The leakage line of ``info`` (kits built before entity splits report shared anchors only)."""
+    if "shared_entities" not in leakage:
+        return (f"shared anchors {leakage['shared_anchors']}, "
+                f"max instruction similarity {leakage['max_instruction_similarity']}")
+    return (f"{leakage['train_entities']} train / {leakage['eval_entities']} held-out entities, "
+            f"shared entities {leakage['shared_entities']}, held-out identifiers in training rows "
+            f"{leakage['held_out_identifiers_in_training']} of {leakage['held_out_identifiers']}, "
+            f"max instruction similarity {leakage['max_instruction_similarity']}")
+
+
 def _describe_kit(kit: Kit) -> tuple[dict[str, Any], str]:
     meta = kit.meta
     tasks, rejected = kit.tasks(), kit.tasks(admitted=False)
@@ -122,8 +133,7 @@ def _describe_kit(kit: Kit) -> tuple[dict[str, Any], str]:
     lines = [f"kit for world {meta['world']['id']} (world sha256 {meta['world']['sha256'][:16]}…) [verified]",
              f"  {len(tasks)} tasks admitted, {len(rejected)} rejected; templates: {', '.join(meta['templates'])}",
              f"  split: {meta['split']['train_cases']} train / {meta['split']['eval_cases']} held-out cases; "
-             f"shared anchors {meta['leakage']['shared_anchors']}, "
-             f"max instruction similarity {meta['leakage']['max_instruction_similarity']}",
+             + _leakage_text(meta["leakage"]),
              f"  SFT rows: {meta['record']['sft_rows']}",
              "  cases the gate left out: " + (", ".join(f"{k} {v}" for k, v in sorted(left_out.items())) or "none"),
              "  adversarial agents (cases passed / cases where the agent applies; every one must be 0):"]

@@ -35,7 +35,7 @@ def test_cli_runs_grpo_on_a_pod_and_brings_verified_results_back(
         "BLOBKIT_RUNPOD_STORE_TOKEN": STORE_TOKEN, "BLOBKIT_RUNPOD_INSTALL": "0",
         "BLOBKIT_RUNPOD_POLL_SECONDS": "0.02", "BLOBKIT_RUNPOD_STATE_DIR": str(tmp_path / "state")})
     assert code == 0, err
-    assert "base 0.250 -> rl 0.500 on 4 held-out cases" in stdout
+    assert "base 0.250 (1/4 cases" in stdout and "-> rl 0.500 (2/4 cases" in stdout and "95 % CI" in stdout
     assert json.loads((out / "argv.json").read_text()) == ["train", "--config", "config.json", "--json"]
     pod_config = json.loads((out / "config_seen.json").read_text())
     assert pod_config["init_adapter"] == "init_adapter"

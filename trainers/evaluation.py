@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from world_format.canonical import canonical_json
 from world_format.conversation import Conversation, prompt_messages
 from world_format.kit import KitCase
 from world_format.models import Task, World
@@ -26,6 +27,7 @@ from world_format.vcode import Verdict, evaluate
 
 from .chat_format import parse_assistant_output
 from .generation import generate_turn
+from .intervals import rate_record
 
 Generate = Callable[[list[dict[str, Any]], list[dict[str, Any]]], str]
 """A policy: (messages, tools) → the text of the next assistant turn."""
@@ -62,6 +64,8 @@ class EpisodeResult:
     trace: tuple[ToolEvent, ...]
     messages: tuple[dict[str, Any], ...]
     """The whole conversation, in the kit's row format."""
+    entity: str = ""
+    """The connected entity the case concerns (:func:`case_entity`): cases of one entity are one independent unit."""
 
     @property
     def passed(self) -> bool:
@@ -78,6 +82,11 @@ class EpisodeResult:
         return {"case_id": self.case_id, "template": self.template, "verdict": self.verdict.to_json(),
                 "passed": self.passed, "answer": self.answer, "turns": self.turns,
                 "parse_failures": self.parse_failures, "trace": [event.to_json() for event in self.trace]}
+
+
+def case_entity(case: KitCase) -> str:
+    """The case's entity as the kit records it; a kit built before entity splits names only its anchor row."""
+    return case.entity or f"{case.anchor.get('table')}:{canonical_json(case.anchor.get('key'))}"
 
 
 def run_episode(generate: Generate, runtime: WorldRuntime, case: KitCase, max_turns: int) -> EpisodeResult:
@@ -110,7 +119,7 @@ def run_episode(generate: Generate, runtime: WorldRuntime, case: KitCase, max_tu
         verdict = evaluate(case.task.vcode, episode, answer, case.task.answer)
         trace = tuple(episode.trace)
     return EpisodeResult(case.case_id, case.template, case_kind(case.task, runtime.world), verdict, answer, turns,
-                         parse_failures, trace, tuple(conversation.messages))
+                         parse_failures, trace, tuple(conversation.messages), case_entity(case))
 
 
 def case_prompt(case: KitCase, world: World) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -175,7 +184,7 @@ def replay_trajectory(runtime: WorldRuntime, case: KitCase, messages: Sequence[d
         verdict = evaluate(case.task.vcode, episode, answer, case.task.answer)
         trace = tuple(episode.trace)
     return EpisodeResult(case.case_id, case.template, case_kind(case.task, runtime.world), verdict, answer, used,
-                         parse_failures, trace, tuple(conversation.messages))
+                         parse_failures, trace, tuple(conversation.messages), case_entity(case))
 
 
 def model_generator(model: Any, tokenizer: Any, max_new_tokens: int) -> Generate:
@@ -204,19 +213,20 @@ class EvalSummary:
     def to_json(self) -> dict[str, Any]:
         """The summary as eval.json records it.
 
-        ``refusal.false_acceptance``: refusal cases that failed; ``refusal.false_rejection``: write
-        cases that failed without any successful write (the agent declined or never wrote).
+        Every rate carries its case count, passes, independent entities and 95 % Wilson interval
+        (:func:`trainers.intervals.rate_record`). ``refusal.false_acceptance``: refusal cases that failed;
+        ``refusal.false_rejection``: write cases that failed without any successful write (the agent declined
+        or never wrote).
         """
-        by_template: dict[str, list[bool]] = defaultdict(list)
+        by_template: dict[str, list[tuple[bool, str]]] = defaultdict(list)
         for result in self.results:
-            by_template[result.template].append(result.passed)
+            by_template[result.template].append((result.passed, result.entity))
         failed = Counter(r.kind for r in self.results if not r.passed)
         declined = sum(1 for r in self.results if r.kind == "write" and not r.passed and not r.wrote)
         return {
-            "pass_rate": self.pass_rate,
-            "cases": len(self.results),
-            "passed": sum(r.passed for r in self.results),
-            "per_template": {t: round(sum(v) / len(v), 4) for t, v in sorted(by_template.items())},
+            **rate_record((r.passed, r.entity) for r in self.results),
+            "interval_method": "Wilson score, 95 %, over cases",
+            "per_template": {t: rate_record(v) for t, v in sorted(by_template.items())},
             "tool_call_parse_failures": sum(r.parse_failures for r in self.results),
             "refusal": {"false_acceptance": failed.get("refusal", 0), "false_rejection": declined},
             "verifier_errors": sum(1 for r in self.results if r.verdict.outcome == "error"),

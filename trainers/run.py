@@ -25,6 +25,7 @@ from .errors import TargetUnavailableError
 from .evaluation import EvalSummary, evaluate_cases, model_generator
 from .export import export_model, load_export, merge_export
 from .fit import Trainer
+from .intervals import rate_text
 from .report import plot_training
 
 
@@ -38,8 +39,7 @@ def evaluate_policy(model: Any, tokenizer: Any, loaded: LoadedWorld, cases: list
                                  config.max_turns)
     finally:
         runtime.close()
-    log(f"{label}: pass rate {summary.pass_rate:.3f} on {len(cases)} held-out cases "
-        f"({time.monotonic() - started:.0f}s)")
+    log(f"{label}: held-out pass rate {rate_text(summary.to_json())} ({time.monotonic() - started:.0f}s)")
     return summary
 
 

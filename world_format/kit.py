@@ -107,6 +107,10 @@ class KitCase(_Record):
     """train or eval."""
     anchor: dict[str, Any]
     """The anchor row: {"table": ..., "key": ...}."""
+    entity: str | None = None
+    """The connected entity the case concerns: its anchor row's root row, following owning foreign keys
+    ("customers:1017"); cases of one entity are one independent held-out unit. Null in kits built before
+    entity splits."""
     task: Task
     """The concrete task: instruction, reference chain, answer key, verifier."""
     prompt: Prompt | None = None

@@ -5,8 +5,9 @@
 
 One concept per module: :mod:`.config` (BuildConfig), :mod:`.mint` (templates instantiated on anchor
 rows), :mod:`.family` (authored families), :mod:`.candidates`, :mod:`.gate` (the probes),
-:mod:`.split` (sides and the leakage report), :mod:`.rows` (executed SFT rows), :mod:`.kit_files`
-(the kit's files and kit.json) and :mod:`.builder` (the driver).
+:mod:`.entities` (connected entities), :mod:`.sides` (which side an entity is on),
+:mod:`.split` (cases on their sides), :mod:`.leakage` (the leakage report), :mod:`.rows` (executed SFT rows),
+:mod:`.kit_files` (the kit's files and kit.json) and :mod:`.builder` (the driver).
 """
 
 from __future__ import annotations

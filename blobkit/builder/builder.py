@@ -26,6 +26,7 @@ from world_format.validate import validate_world
 from .candidates import candidates, gate_candidates
 from .config import BuildConfig, Progress, no_progress
 from .kit_files import Executed, build_record, kit_files, kit_meta
+from .leakage import leakage_report, withhold_training
 from .mint import Minter
 from .rows import replay_rows
 from .split import Case, split_cases
@@ -60,7 +61,14 @@ def _execute(loaded: LoadedWorld, runtime: WorldRuntime, config: BuildConfig, pr
         raise KitError(f"{loaded.path}: no task passed the discrimination gate; see the reasons with --json")
     train, held_out = split_cases(admitted, progress)
     _check_wording(loaded, train + held_out)
-    return Executed(entries, train, held_out, replay_rows(runtime, train, progress))
+    replayed = replay_rows(runtime, train, progress)
+    kept, rows = withhold_training(runtime, minter.sides, train, held_out, replayed)
+    withheld = len(train) - len(kept)
+    if not kept:
+        raise KitError(f"{loaded.path}: every training row states an identifier of a held-out case; "
+                       "add anchor rows so that entities do not all share the same reference rows")
+    return Executed(entries, kept, held_out, rows, leakage_report(runtime, minter.sides, kept, held_out, rows),
+                    withheld)
 
 
 def _check_wording(loaded: LoadedWorld, cases: list[Case]) -> None:

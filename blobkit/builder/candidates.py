@@ -1,7 +1,7 @@
 """Candidate tasks: authored tasks (single cases or families) and minted templates, each with its cases.
 
 Every case's side of the split (train or held-out) is decided here, once, when the case is made: by
-a seeded hash of its anchor row (:func:`blobkit.builder.split.side_of`). Later stages read it.
+a seeded hash of its anchor row's connected entity (:class:`blobkit.builder.sides.Sides`). Later stages read it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ from .family import FamilyReport, family_instances
 from .gate import first_failed_probe, gate_task, verdicts
 from .mint import Instance, Minter
 from .mint_specs import TaskSpec, select_specs
-from .sides import side_of
+
+SPANS_SIDES = ("split: the task names rows of entities on both sides of the split (no side can hold it without "
+               "sharing an entity)")
 
 
 @dataclass
@@ -49,7 +51,7 @@ def _minted_instances(minter: Minter, spec: TaskSpec, config: BuildConfig) -> li
     for scanned, key in enumerate(minter.keys(spec.anchor)):
         if scanned >= config.scan_limit or all(counts[s] >= wanted[s] for s in counts):
             break
-        side = side_of(config.seed, spec.anchor, key, config.eval_percent)
+        side = minter.sides.side(spec.anchor, key)
         if counts[side] >= wanted[side] and len(found) >= 2:
             continue
         instance = minter.instantiate(spec, key)
@@ -98,22 +100,22 @@ def _authored_distractor(runtime: WorldRuntime, task: Task, minter: Minter) -> T
         update={"key": other})})
 
 
-def _authored(runtime: WorldRuntime, task: Task, config: BuildConfig) -> TaskEntry:
+def _authored(minter: Minter, task: Task, config: BuildConfig) -> TaskEntry:
     """An authored task as a candidate: its one case, or its family's verified cases."""
     task_id = content_id(task.model_dump(mode="json", by_alias=True, exclude_defaults=True), "t-")
     if task.family is None:
-        side = side_of(config.seed, task.anchor.table, task.anchor.key, config.eval_percent)
-        instance = Instance(task_id, task.anchor.key, task, side, ((task.anchor.table, task.anchor.key),))
+        instance = minter.on_side(task_id, task.anchor.table, task.anchor.key, task)
+        if instance is None:
+            return TaskEntry(task_id, "authored", task.template, None, [], reasons=(SPANS_SIDES,))
         return TaskEntry(task_id, "authored", task.template, None, [instance])
     wanted = {"train": config.train_cases_per_task, "eval": config.eval_cases_per_task}
-    instances, report = family_instances(runtime, task, task_id, seed=config.seed, wanted=wanted,
-                                         eval_percent=config.eval_percent, scan_limit=config.scan_limit)
+    instances, report = family_instances(minter, task, task_id, wanted=wanted, scan_limit=config.scan_limit)
     return TaskEntry(task_id, "authored", task.template, None, instances, family=report)
 
 
 def candidates(loaded: LoadedWorld, minter: Minter, config: BuildConfig, progress: Progress) -> list[TaskEntry]:
     world = loaded.world
-    entries = [_authored(minter.runtime, task, config) for task in world.tasks]
+    entries = [_authored(minter, task, config) for task in world.tasks]
     specs = select_specs(world, max(0, config.max_tasks - len(world.tasks)), config.seed)
     for index, spec in enumerate(specs):
         progress("mint", index, len(specs))
@@ -166,7 +168,7 @@ def gate_candidates(runtime: WorldRuntime, minter: Minter, entries: list[TaskEnt
     progress("gate", 0, total)
     for entry in entries:
         if not entry.instances:
-            entry.reasons = (("family: no row of the query gives a case whose reference chain passes",)
+            entry.reasons = entry.reasons or (("family: no row of the query gives a case whose reference chain passes",)
                              if entry.family else ("mint: no anchor row fits this template",))
             continue
         _gate_entry(runtime, minter, entry, tick)

@@ -1,7 +1,7 @@
 """Cases of a task family: the authored template filled in from rows of its query.
 
 Rows are put in a seeded order that does not depend on the order the query returns them,
-assigned to a side by their anchor row (as minted cases are), and a row becomes a case only
+assigned to a side by their anchor row's entity (as minted cases are), and a row becomes a case only
 when its filled-in reference chain runs cleanly and passes its filled-in verifier. Rows left
 out are counted, never silently dropped.
 """
@@ -22,8 +22,7 @@ from world_format.models import Task
 from world_format.runtime import WorldRuntime
 from world_format.vcode import evaluate
 
-from .mint import Instance
-from .sides import side_of
+from .mint import Instance, Minter
 
 
 @dataclass(frozen=True)
@@ -70,10 +69,11 @@ def seeded_order(rows: Iterable[dict[str, Any]], seed: int, task_id: str,
     return picked, total
 
 
-def family_instances(runtime: WorldRuntime, task: Task, task_id: str, *, seed: int, wanted: dict[str, int],
-                     eval_percent: int, scan_limit: int) -> tuple[list[Instance], FamilyReport]:
+def family_instances(minter: Minter, task: Task, task_id: str, *, wanted: dict[str, int],
+                     scan_limit: int) -> tuple[list[Instance], FamilyReport]:
     """Up to ``wanted[side]`` verified cases per side (at least two in all when the rows allow)."""
-    rows, total = seeded_order(iter_family_rows(runtime, task), seed, task_id, scan_limit)
+    runtime = minter.runtime
+    rows, total = seeded_order(iter_family_rows(runtime, task), minter.seed, task_id, scan_limit)
     found: list[Instance] = []
     counts = {"train": 0, "eval": 0}
     left_out = {"does_not_fill_in": 0, "reference_fails": 0}
@@ -87,8 +87,12 @@ def family_instances(runtime: WorldRuntime, task: Task, task_id: str, *, seed: i
         except WorldFormatError:
             left_out["does_not_fill_in"] += 1
             continue
-        side = side_of(seed, filled.anchor.table, filled.anchor.key, eval_percent)
+        side = minter.sides.side(filled.anchor.table, filled.anchor.key)
         if counts[side] >= wanted[side] and len(found) >= 2:
+            continue
+        instance = minter.on_side(task_id, filled.anchor.table, filled.anchor.key, filled)
+        if instance is None:  # names rows of entities on both sides of the split
+            left_out["spans_sides"] = left_out.get("spans_sides", 0) + 1
             continue
         if not reference_passes(runtime, filled):
             left_out["reference_fails"] += 1
@@ -97,7 +101,6 @@ def family_instances(runtime: WorldRuntime, task: Task, task_id: str, *, seed: i
             # the same request about the same row, with another chain: no agent could tell which was meant
             left_out["same_request"] = left_out.get("same_request", 0) + 1
             continue
-        found.append(Instance(task_id, filled.anchor.key, filled, side,
-                              ((filled.anchor.table, filled.anchor.key),)))
+        found.append(instance)
         counts[side] += 1
     return found, FamilyReport(total, scanned, left_out)

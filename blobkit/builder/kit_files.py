@@ -14,7 +14,7 @@ from world_format.pack import package_files
 from .candidates import TaskEntry
 from .config import BuildConfig
 from .rows import case_record
-from .split import Case, leakage_report
+from .split import Case
 
 
 @dataclass
@@ -25,6 +25,11 @@ class Executed:
     train: list[Case]
     held_out: list[Case]
     rows: list[dict[str, Any]]
+    leakage: dict[str, Any]
+    """The leakage report (:func:`blobkit.builder.leakage.leakage_report`)."""
+    train_withheld: int = 0
+    """Training cases withheld because their executed row states a held-out identifier
+    (:func:`blobkit.builder.leakage.withhold_training`)."""
 
     @property
     def admitted(self) -> list[TaskEntry]:
@@ -64,6 +69,7 @@ def build_record(done: Executed) -> dict[str, Any]:
         "sft_rows_dropped": len(done.train) - len(done.rows),
         "sft_source": "reference_chain_replay",
         "train_cases": len(done.train),
+        "train_cases_withheld": done.train_withheld,
         "eval_cases": len(done.held_out),
     }
 
@@ -100,8 +106,9 @@ def kit_meta(loaded: LoadedWorld, config: BuildConfig, done: Executed, record: d
                   "seed_state_hash": loaded.seed_state_hash},
         "build_config": config.model_dump(mode="json"), "record": record,
         "templates": sorted({e.template for e in done.admitted}),
-        "split": {"method": "seeded hash of the anchor row, decided before cases are expanded",
+        "split": {"method": "seeded hash of the anchor row's connected entity (its root row, following owning "
+                            "foreign keys), decided before cases are expanded",
                   "eval_percent": config.eval_percent, "train_cases": len(done.train),
                   "eval_cases": len(done.held_out)},
-        "leakage": leakage_report(done.train, done.held_out),
+        "leakage": done.leakage,
     }

@@ -23,8 +23,9 @@ from world_format.runtime import RowChange, WorldRuntime
 from world_format.state import quote_identifier
 from world_format.values import rounded, to_decimal
 
+from .entities import Entities
 from .mint_specs import WORDINGS, TaskSpec, _extras, key_table
-from .sides import Side, side_of
+from .sides import Side, Sides
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,9 @@ class Instance:
     key: Any
     task: Task
     side: Side
-    """train or eval: decided from the anchor row when the case is made (:func:`~blobkit.builder.sides.side_of`)."""
+    """train or eval: decided from the anchor row's entity when the case is made (:class:`.sides.Sides`)."""
+    entity: str = ""
+    """The connected entity the case concerns (:mod:`blobkit.builder.entities`): its anchor row's root row."""
     anchors_touched: tuple[tuple[str, Any], ...] = field(default=())
     probes: dict[str, str] = field(default_factory=dict)
     """The gate's verdict on each probe for this case (filled in when the case is gated)."""
@@ -164,11 +167,23 @@ class Minter:
         self.eval_percent = eval_percent
         self._missing_errors: dict[str, set[str]] = {}
         self._keys: dict[str, tuple[Any, ...]] = {}
+        with runtime.guard.host() as conn:
+            self.sides = Sides(seed, eval_percent, Entities(world, conn))
 
-    def instance(self, spec: TaskSpec, key: Any, task: Task) -> Instance:
-        """The spec's task on anchor row ``key``, on that row's side of the split."""
-        return Instance(spec.task_id, key, task, side_of(self.seed, spec.anchor, key, self.eval_percent),
-                        ((spec.anchor, key),))
+    def instance(self, spec: TaskSpec, key: Any, task: Task) -> Instance | None:
+        """The spec's task on anchor row ``key``, on the side of that row's entity."""
+        return self.on_side(spec.task_id, spec.anchor, key, task)
+
+    def on_side(self, task_id: str, table: str, key: Any, task: Task) -> Instance | None:
+        """Task ``task`` about row ``key`` of ``table`` as a case, on the side of the row's entity; None when its
+        reference chain also names a row of an entity on the other side (no side could hold the case cleanly)."""
+        side = self.sides.side(table, key)
+        touched = {(table, canonical_json(normalize_key(key))): (table, key)}
+        for other_table, other_key in self.sides.entities.rows_named(task.reference):
+            touched.setdefault((other_table, canonical_json(other_key)), (other_table, other_key))
+        if any(self.sides.side(t, k) != side for t, k in touched.values()):
+            return None
+        return Instance(task_id, key, task, side, self.sides.entity(table, key), tuple(touched.values()))
 
     def wording(self, spec: TaskSpec, key: Any, variant: int, **values: Any) -> str:
         """One wording variant of the template, filled in."""

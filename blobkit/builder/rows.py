@@ -61,7 +61,7 @@ def case_record(case: Case, system: str | None = None, tools: list[dict[str, Any
     task = case.instance.task
     record: dict[str, Any] = {
         "case_id": case.case_id, "task_id": case.instance.spec_id, "template": task.template, "side": case.side,
-        "anchor": {"table": task.anchor.table, "key": task.anchor.key},
+        "anchor": {"table": task.anchor.table, "key": task.anchor.key}, "entity": case.instance.entity,
         "task": task.model_dump(mode="json", by_alias=True), "probes": case.instance.probes,
         "distractor": None if case.instance.distractor is None else case.instance.distractor.model_dump(
             mode="json", by_alias=True),

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from blobkit.errors import ConfigError
+from trainers.intervals import rate_text
 
 from .options import given, model_options, with_parameters
 from .output import echo_json
@@ -48,8 +49,7 @@ def _job_lines(job: dict[str, Any]) -> list[str]:
     results = job["results"]
     for name in ("base", "sft", "rl"):
         if name in results:
-            lines.append(f"  {name}: held-out pass rate {results[name]['pass_rate']:.3f} on "
-                         f"{results[name]['cases']} cases")
+            lines.append(f"  {name}: held-out pass rate {rate_text(results[name])}")
     if "rl_minus_sft" in results:
         lines.append(f"  rl_minus_sft: {results['rl_minus_sft']['pass_rate']:+.3f}")
     if job["replay"]:

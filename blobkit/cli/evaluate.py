@@ -8,6 +8,8 @@ from typing import Any
 
 import typer
 
+from trainers.intervals import rate_text
+
 from .output import echo_json
 
 SIDES = {"train": ("train",), "eval": ("eval",), "both": ("train", "eval")}
@@ -93,7 +95,7 @@ def evaluate(kit: Path = typer.Option(..., "--kit", help="Kit directory or archi
         echo_json({"summary": summary, "cases": [{"case_id": r.case_id, "passed": r.passed,
                                                   "verdict": r.verdict.to_json()} for r in results]})
     else:
-        typer.echo(f"pass rate {summary['pass_rate']:.3f}: {summary['passed']} of {summary['cases']} cases passed")
+        typer.echo(f"pass rate {rate_text(summary)}")
         for result in results:
             if not result.passed:
                 typer.echo(f"  {result.case_id}: {result.verdict.outcome} {json.dumps(result.verdict.reason)[:160]}")

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from blobkit.errors import ConfigError, TargetUnavailableError
 from trainers.config import PRESETS, TrainConfig
+from trainers.intervals import rate_text
 from trainers.tiny_model import TinyModelConfig
 
 from .options import given, model_options, with_parameters
@@ -93,10 +94,9 @@ def _rows(config: TrainConfig, kit: Any) -> tuple[list[dict[str, Any]], Path]:
 
 
 def _summary_line(result: dict[str, Any], out: Path) -> str:
-    rates = " -> ".join(f"{name} {result[name]['pass_rate']:.3f}" for name in ("base", "sft", "rl") if name in result)
-    cases = next(result[name]["cases"] for name in ("rl", "sft", "base") if name in result)
+    rates = " -> ".join(f"{name} {rate_text(result[name])}" for name in ("base", "sft", "rl") if name in result)
     stopped = f"; stopped by {result['stopped_by']}" if result.get("stopped_by") else ""
-    return (f"{rates} on {cases} held-out cases; {result['optimizer_updates']} optimizer updates{stopped}; "
+    return (f"held-out pass rates {rates}; {result['optimizer_updates']} optimizer updates{stopped}; "
             f"export in {out / 'export'}")
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-SUMMARY_KEYS = ("pass_rate", "cases", "passed", "per_template", "tool_call_parse_failures", "refusal")
+SUMMARY_KEYS = ("pass_rate", "cases", "passed", "entities", "interval_95", "per_template", "tool_call_parse_failures",
+                "refusal")
 
 
 def _summary(evaluation: dict[str, Any], measured_by: str) -> dict[str, Any]:

@@ -160,8 +160,11 @@ def stage_kit(ctx: StageContext) -> StageOutcome:
     artifacts = {"verification": path}
     if base["source"] == TINY:
         artifacts["base_weights"] = Path(base["name_or_path"]) / "model.safetensors"
-    checks = {"kit_leakage_free": (leakage["shared_anchors"] == 0,
-                                   f"{leakage['shared_anchors']} anchors shared between train and held-out"),
+    shared = leakage.get("shared_entities", leakage["shared_anchors"])
+    leaked = leakage.get("held_out_identifiers_in_training", 0)
+    checks = {"kit_leakage_free": (shared == 0 and leaked == 0,
+                                   f"{shared} entities shared between train and held-out, {leaked} held-out "
+                                   "identifiers in training rows"),
               "kit_verified": _verified(verification, archive_ok)}
     record = {"verification": {k: verification[k] for k in ("verified", "tasks_checked", "train_cases_replayed",
                                                             "eval_cases_checked")}, "frozen": frozen, "base": base}

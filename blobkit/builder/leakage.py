@@ -1,0 +1,208 @@
+"""The leakage report: what the held-out side shares with the training side, measured from the built cases and rows.
+
+Three measures (kit.json ``leakage``; ``blobkit info`` prints them):
+
+- **shared entities**: connected entities (:mod:`blobkit.builder.entities`) that cases on both sides concern
+  (must be 0; the split puts whole entities on one side, and this recomputes it from the cases);
+- **held-out identifiers in training rows**: identifiers of the rows a held-out case touches that its prompt or
+  answer key states and that also appear in the text of some training row (must be 0);
+- **instruction similarity**: the most similar pair of a training and a held-out instruction.
+
+The identifier rule (spec/world-format.md, "The split"): the rows a held-out case touches are its anchor row, the
+rows its reference chain names (``Instance.anchors_touched``) and their entity roots; their identifiers are the
+values of their primary-key columns and, for anchor tables, their natural keys. A value counts when it could only
+be that row's: text of at least :data:`MIN_TEXT_CHARS` characters, or an integer with at least
+:data:`MIN_INT_DIGITS` digits (smaller numbers are indistinguishable from counts, quantities and positions). A value
+*appears* in a text as a whole token: not run into letters, digits or ``_``, and a number not part of a decimal or
+a longer number. Training text is
+every non-system message of every sft.jsonl row (contents, tool-call arguments, observations); a held-out case's
+text is its instruction, its scripted customer turns and its answer key.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from world_format.canonical import canonical_json
+from world_format.keys import key_parameters, key_where
+from world_format.runtime import WorldRuntime
+from world_format.state import quote_identifier
+
+from .sides import Sides
+
+if TYPE_CHECKING:
+    from .split import Case
+
+MIN_TEXT_CHARS = 4
+"""Shortest text value counted as an identifier."""
+MIN_INT_DIGITS = 3
+"""Fewest digits of an integer counted as an identifier."""
+IDENTIFIER_RULE = (f"primary-key and natural-key values of the rows each held-out case touches (its anchor row, the "
+                   f"rows its chain names, their entity roots) "
+                   f"(text of {MIN_TEXT_CHARS}+ characters, integers of {MIN_INT_DIGITS}+ digits), stated as a "
+                   "whole token in the case's instruction, customer turns or answer key and in the non-system "
+                   "messages of any sft.jsonl row")
+_TOKEN = re.compile(r"[A-Za-z0-9_]+(?:[.@+\-][A-Za-z0-9_]+)*")
+
+
+@dataclass(frozen=True)
+class Identifier:
+    """A value that names one row: ``customers.email = "ana@example.com"``."""
+
+    table: str
+    column: str
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.table}.{self.column} {self.text}"
+
+
+def identifying_text(value: Any) -> str | None:
+    """The text of ``value`` when it is specific enough to name a row (see the module docstring), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int):
+        return str(value) if len(str(abs(value))) >= MIN_INT_DIGITS else None
+    if isinstance(value, str) and len(value.strip()) >= MIN_TEXT_CHARS:
+        return value.strip()
+    return None
+
+
+class _Text:
+    """A body of text, searchable for whole-token values (a token set for one-token values, a regex otherwise)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens = set(_TOKEN.findall(text))
+
+    def states(self, value: str) -> bool:
+        if _TOKEN.fullmatch(value):
+            return value in self.tokens
+        pattern = rf"(?<![A-Za-z0-9_]){re.escape(value)}(?!\.?[A-Za-z0-9_])"
+        return value in self.text and re.search(pattern, self.text) is not None
+
+
+def _row_identifiers(runtime: WorldRuntime, table: str, key: Any) -> list[Identifier]:
+    declared, anchor = runtime.world.state.table(table), runtime.world.state.anchor(table)
+    if declared is None:
+        return []
+    columns = [*declared.key_columns, *(anchor.natural_keys if anchor else ())]
+    select = ", ".join(quote_identifier(c) for c in columns)
+    with runtime.guard.host() as conn:
+        row = conn.execute(f"SELECT {select} FROM {quote_identifier(table)} WHERE {key_where(declared)}",
+                           key_parameters(declared, key)).fetchone()
+    if row is None:
+        return []
+    found = [Identifier(table, column, text) for column, value in zip(columns, row, strict=True)
+             if (text := identifying_text(value)) is not None]
+    return list(dict.fromkeys(found))
+
+
+def case_identifiers(runtime: WorldRuntime, sides: Sides, case: Case) -> list[Identifier]:
+    """Identifiers of the rows ``case`` touches: its anchor row, the rows its chain names, and their entity roots."""
+    rows: list[tuple[str, Any]] = []
+    for table, key in case.instance.anchors_touched:
+        rows += [(table, key), sides.entities.root(table, key)]
+    unique = {(table, canonical_json(key)): (table, key) for table, key in rows}
+    return [identifier for table, key in unique.values() for identifier in _row_identifiers(runtime, table, key)]
+
+
+def _case_text(case: Case) -> str:
+    task = case.instance.task
+    return "\n".join([task.instruction, *(turn.user for turn in task.turns), task.answer or ""])
+
+
+def training_text(rows: Iterable[dict[str, Any]]) -> str:
+    """The text of the training rows a held-out identifier must not appear in (every non-system message)."""
+    return "\n".join(json.dumps([m for m in row["messages"] if m.get("role") != "system"], ensure_ascii=False,
+                                sort_keys=True) for row in rows)
+
+
+def identifier_leaks(runtime: WorldRuntime, sides: Sides, held_out: list[Case],
+                     rows: list[dict[str, Any]]) -> tuple[int, list[tuple[str, Identifier]]]:
+    """(identifiers the held-out prompts and answer keys state, [(case id, identifier) also in training rows])."""
+    training = _Text(training_text(rows))
+    stated = 0
+    leaks: list[tuple[str, Identifier]] = []
+    for case in held_out:
+        text = _Text(_case_text(case))
+        for identifier in case_identifiers(runtime, sides, case):
+            if text.states(identifier.text):
+                stated += 1
+                if training.states(identifier.text):
+                    leaks.append((case.case_id, identifier))
+    return stated, leaks
+
+
+def withhold_training(runtime: WorldRuntime, sides: Sides, train: list[Case], held_out: list[Case],
+                      rows: list[dict[str, Any]]) -> tuple[list[Case], list[dict[str, Any]]]:
+    """Training cases and rows less those whose executed row states an identifier a held-out case states.
+
+    Entities keep a customer's rows on one side, but rows of shared reference data (a flight every booking
+    on it names, a product in many orders) are their own entities and still appear in other entities'
+    observations; a training row that states such a held-out identifier is withheld with its case.
+    """
+    stated: set[str] = set()
+    for case in held_out:
+        text = _Text(_case_text(case))
+        stated |= {i.text for i in case_identifiers(runtime, sides, case) if text.states(i.text)}
+    withheld = set()
+    for row in rows:
+        text = _Text(training_text([row]))
+        if any(text.states(value) for value in sorted(stated)):
+            withheld.add(row["metadata"]["case_id"])
+    return ([case for case in train if case.case_id not in withheld],
+            [row for row in rows if row["metadata"]["case_id"] not in withheld])
+
+
+def _tokens(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def max_similarity(train: Iterable[str], held_out: Iterable[str]) -> float:
+    """Highest Jaccard similarity of word sets between any train and any eval instruction."""
+    train_sets = {frozenset(_tokens(text)) for text in train}
+    best = 0.0
+    for text in held_out:
+        tokens = _tokens(text)
+        for other in train_sets:
+            union = len(tokens | other)
+            if union:
+                best = max(best, len(tokens & other) / union)
+    return round(best, 4)
+
+
+def leakage_report(runtime: WorldRuntime, sides: Sides, train: list[Case], held_out: list[Case],
+                   rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Shared entities and anchors (must be 0), held-out identifiers in training rows (must be 0), and the most
+    similar instruction pair."""
+    touched_train = {(t, canonical_json(k)) for case in train for t, k in case.instance.anchors_touched}
+    touched_eval = {(t, canonical_json(k)) for case in held_out for t, k in case.instance.anchors_touched}
+    entities_train = {sides.entity(t, k) for case in train for t, k in case.instance.anchors_touched}
+    entities_eval = {sides.entity(t, k) for case in held_out for t, k in case.instance.anchors_touched}
+    stated, leaks = identifier_leaks(runtime, sides, held_out, rows)
+    return {
+        "shared_entities": len(entities_train & entities_eval),
+        "train_entities": len(entities_train),
+        "eval_entities": len(entities_eval),
+        "shared_anchors": len(touched_train & touched_eval),
+        "train_anchors": len(touched_train),
+        "eval_anchors": len(touched_eval),
+        "held_out_identifiers": stated,
+        "held_out_identifiers_in_training": len(leaks),
+        "held_out_cases_with_identifiers_in_training": len({case_id for case_id, _ in leaks}),
+        "identifier_examples": [f"{identifier} (case {case_id})" for case_id, identifier in sorted(
+            leaks, key=lambda leak: (leak[0], str(leak[1])))[:5]],
+        "identifier_rule": IDENTIFIER_RULE,
+        "entity_rule": "a row belongs to the root row reached by following owning foreign keys (each table's "
+                       "first reference to another table)",
+        "max_instruction_similarity": max_similarity(
+            (c.instance.task.instruction for c in train), (c.instance.task.instruction for c in held_out)),
+        "similarity_measure": "Jaccard similarity of lowercase word sets (ids differ by construction)",
+    }
