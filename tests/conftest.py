@@ -42,7 +42,7 @@ def small_world_file(tmp_path: Path) -> Path:
     return write_world(tmp_path / "src", small_world())
 
 
-# --------------------------------------------------------------------------- a small kit, shared by the tests that only read it
+# ----------------------------------------------------------- a small kit, shared by the tests that only read it
 
 
 @pytest.fixture(scope="session")
