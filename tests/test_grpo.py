@@ -7,6 +7,7 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import importlib.util
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,19 +25,15 @@ from blobkit.errors import TrainerError  # noqa: E402
 from trainers.budget import Budget  # noqa: E402
 from trainers.config import TrainConfig  # noqa: E402
 from trainers.generation import Decoded  # noqa: E402
-from trainers.grpo import (  # noqa: E402
-    Sampler,
-    advantages,
-    assert_same_tools,
-    policy_loss,
-    rl_cases,
-    rollout,
-)
+from trainers.grpo import advantages, assert_same_tools, rl_cases, rollout  # noqa: E402
+from trainers.grpo_torch import Sampler, policy_loss  # noqa: E402
 from trainers.run import run_training  # noqa: E402
 from trainers.tiny_model import TinyModelConfig, build_tiny_model, row_texts  # noqa: E402
 from world_format.canonical import canonical_json  # noqa: E402
 from world_format.kit import Kit, KitCase, open_kit  # noqa: E402
 from world_format.runtime import full_state_hash  # noqa: E402
+
+needs_mlx = pytest.mark.skipif(importlib.util.find_spec("mlx_lm") is None, reason="mlx / mlx-lm not installed")
 
 
 @pytest.fixture(scope="module")
@@ -196,9 +193,10 @@ def test_the_budget_refuses_a_step_that_could_exceed_it() -> None:
     assert Budget(None, None, lambda: "cancelled by user").exhausted(1) == "cancelled by user"
 
 
+@pytest.mark.parametrize("target", ["local-torch", pytest.param("local-mlx", marks=needs_mlx)])
 def test_a_model_call_budget_stops_grpo_cleanly_and_keeps_its_evidence(retail_kit: Kit, tiny: Path,
-                                                                       tmp_path: Path) -> None:
-    config = TrainConfig(kit=retail_kit.root, base=str(tiny), method="grpo", target="local-torch", out=tmp_path,
+                                                                       tmp_path: Path, target: str) -> None:
+    config = TrainConfig(kit=retail_kit.root, base=str(tiny), method="grpo", target=target, out=tmp_path,
                          steps=5, batch_size=2, group_size=2, max_turns=2, max_new_tokens=8, eval_limit=2,
                          max_model_calls=6, learning_rate=1e-3)
     plan_record = {"base": {"source": "local", "name_or_path": str(tiny), "revision": None}}
@@ -208,6 +206,10 @@ def test_a_model_call_budget_stops_grpo_cleanly_and_keeps_its_evidence(retail_ki
     assert report["model_calls"] <= 6 < report["model_calls"] + 4
     saved = json.loads((tmp_path / "eval.json").read_text())
     assert saved["stopped_by"] == "max_model_calls" and "rl" in saved and "rl_minus_base" in saved
+    assert set(saved) == {"base", "rl", "rl_minus_base", "optimizer_updates", "steps_completed", "steps_planned",
+                          "stopped_by", "model_calls", "eval_model_calls", "active_seconds",
+                          "zero_variance_group_fraction", "reward_history", "kit_sha256", "group_size", "shaping"}
+    assert (tmp_path / "training.png").is_file() and (tmp_path / "eval_cases_rl.json").is_file()
     assert (tmp_path / "export" / "manifest.json").is_file()
     steps = (tmp_path / "rl_steps.jsonl").read_text().splitlines()
     assert len(steps) == report["steps_completed"]

@@ -1,4 +1,5 @@
-"""local-mlx: adapter converters checked by logits, a real tiny-model training run, and a missing mlx."""
+"""local-mlx: adapter converters checked by logits, real tiny-model SFT and GRPO runs, GRPO parity with torch,
+and a missing mlx."""
 
 from __future__ import annotations
 
@@ -21,7 +22,15 @@ from world_format.kit import open_kit  # noqa: E402
 
 needs_mlx = pytest.mark.skipif(importlib.util.find_spec("mlx_lm") is None, reason="mlx / mlx-lm not installed")
 TOLERANCE = 1e-4
+GRPO_TOLERANCE = 1e-5
+"""Largest absolute difference allowed between the mlx and torch GRPO loss and LoRA gradients (measured: about
+3e-8 on the loss and 2e-7 on gradients as large as 0.1), and between the LoRA weights after one AdamW step at
+lr 1e-2 (measured: about 3e-6)."""
 RANK = 4
+GRPO_REPORT_KEYS = {"sft", "rl", "rl_minus_sft", "optimizer_updates", "steps_completed", "steps_planned",
+                    "stopped_by", "model_calls", "eval_model_calls", "active_seconds", "zero_variance_group_fraction",
+                    "reward_history", "kit_sha256", "group_size", "shaping"}
+"""eval.json of a GRPO run warm-started from an SFT export (local-torch writes the same, see test_grpo.py)."""
 
 
 @pytest.fixture(scope="module")
@@ -212,3 +221,174 @@ def test_without_mlx_the_error_suggests_local_torch(monkeypatch: pytest.MonkeyPa
     config = TrainConfig(kit=tmp_path, method="sft", target="local-mlx", out=tmp_path / "out")
     with pytest.raises(TargetUnavailableError, match="--target local-torch"):
         run_training(config, cast(Any, None), [], {}, lambda line: None)
+
+
+# --------------------------------------------------------------------------------------------- GRPO on local-mlx
+
+
+def random_mlx_made_peft_adapter(tiny_dir: Path, out: Path) -> Path:
+    """An adapter trained (here: randomised) in mlx and converted to PEFT, as local-mlx SFT exports it."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten, tree_unflatten
+
+    from trainers.sft_mlx import lora_mlx_model, save_mlx_adapter
+
+    model = lora_mlx_model(tiny_dir, seed=0, lora_rank=RANK)
+    keys = iter(mx.random.split(mx.random.key(2), 64))
+    model.update(tree_unflatten([(name, mx.random.normal(value.shape, key=next(keys)) * 0.2
+                                  if name.endswith("lora_b") else value)
+                                 for name, value in tree_flatten(model.trainable_parameters())]))
+    return mlx_to_peft(save_mlx_adapter(model, out / "mlx", RANK), out / "peft",
+                       base_model_name_or_path=str(tiny_dir))
+
+
+def lora_export(tiny_dir: Path, peft_dir: Path, out: Path, kit_sha256: str) -> Path:
+    """A LoRA export (manifest and all) of ``peft_dir`` on the tiny base, as an SFT run leaves it."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from trainers.export import export_model
+
+    AutoTokenizer.from_pretrained(tiny_dir).save_pretrained(peft_dir)
+    base = {"source": "local", "name_or_path": str(tiny_dir.resolve()), "revision": None}
+    export = export_model(peft_dir, out, kind="lora", config={}, base=base, kit_sha256=kit_sha256)
+    shutil.rmtree(peft_dir)
+    return export
+
+
+def torch_grads(model: Any) -> dict[str, Any]:
+    """LoRA gradients of a PEFT model under mlx-lm's names and layout ((in, r) for A, (r, out) for B)."""
+    out = {}
+    for name, parameter in model.named_parameters():
+        if parameter.requires_grad:
+            key = name.removeprefix("base_model.model.").replace(".default.weight", "")
+            out[key.replace("lora_A", "lora_a").replace("lora_B", "lora_b")] = parameter.grad.numpy().T
+    return out
+
+
+@needs_mlx
+@pytest.mark.parametrize("made_by", ["local-torch", "local-mlx"])
+def test_one_grpo_update_in_mlx_matches_torch_on_the_same_trajectories(
+    made_by: str, kit_path: Path, tiny_dir: Path, rows: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    import numpy as np
+    import torch
+    from mlx.utils import tree_flatten
+
+    from trainers.grpo import PolicySource, rl_cases, rollout
+    from trainers.grpo_mlx import MLXGRPOBackend, MLXSampler, load_mlx_policy, policy_loss_and_grads
+    from trainers.grpo_torch import Sampler, TorchGRPOBackend, load_torch_policy, policy_loss
+
+    adapter = (random_peft_adapter(tiny_dir, tmp_path / "peft") if made_by == "local-torch"
+               else random_mlx_made_peft_adapter(tiny_dir, tmp_path))
+    source = PolicySource({"source": "local", "name_or_path": str(tiny_dir), "revision": None}, adapter,
+                          str(tiny_dir))
+    config = TrainConfig(lora_rank=RANK, learning_rate=1e-2, seed=1)
+    torch_model, tokenizer = load_torch_policy(source, config)
+    mlx_model, _ = load_mlx_policy(source, config)
+    with open_kit(kit_path) as kit:
+        cases = rl_cases(kit, rows)
+        runtime = kit.world().runtime()
+        try:  # two groups; in each, one attempt sampled by torch and one by mlx
+            torch_sampler = Sampler(torch_model, tokenizer, 16, 1.0, torch.Generator().manual_seed(1))
+            mlx_sampler = MLXSampler(mlx_model, tokenizer, 16, 1.0, seed=1)
+            trajectories = [rollout(sampler, runtime, case, 2) for case in cases[:2]
+                            for sampler in (torch_sampler, mlx_sampler)]
+        finally:
+            runtime.close()
+    weights = [0.5, -0.5, -0.25, 0.25]
+    assert all(t.turns and t.turns[0].new_ids for t in trajectories)
+
+    torch_model.zero_grad()
+    torch_loss, torch_tokens = policy_loss(torch_model, trajectories, weights)
+    mlx_loss, grads, mlx_tokens = policy_loss_and_grads(mlx_model, trajectories, weights)
+    assert torch_tokens == mlx_tokens > 0
+    assert abs(float(torch_loss) - mlx_loss) < GRPO_TOLERANCE and abs(mlx_loss) > 1e-4
+    expected, got = torch_grads(torch_model), dict(tree_flatten(grads))
+    assert sorted(expected) == sorted(got) and len(got) == 2 * 7 * 2
+    assert max(float(np.abs(expected[k]).max()) for k in expected) > 1e-2
+    assert max(max_diff(expected[k], got[k]) for k in expected) < GRPO_TOLERANCE
+
+    # and the whole update (clip at 1.0, one bias-corrected AdamW step) moves the weights alike
+    torch_backend, mlx_backend = TorchGRPOBackend(config, source), MLXGRPOBackend(config, source)
+    torch_backend.update(trajectories, weights)
+    mlx_backend.update(trajectories, weights)
+    before, after = (dict(tree_flatten(m.trainable_parameters())) for m in (mlx_model, mlx_backend.model))
+    assert all(max_diff(after[key], before[key]) > 1e-3 for key in after)
+    for name, parameter in torch_backend.model.named_parameters():
+        if parameter.requires_grad:
+            key = name.removeprefix("base_model.model.").replace(".default.weight", "")
+            key = key.replace("lora_A", "lora_a").replace("lora_B", "lora_b")
+            assert max_diff(np.array(after[key]), parameter.detach().numpy().T) < 10 * GRPO_TOLERANCE, key
+
+
+@needs_mlx
+def test_mlx_decoding_returns_the_token_ids_torch_decodes_greedily(tiny_dir: Path, sample_ids: list[int],
+                                                                   tmp_path: Path) -> None:
+    import mlx.core as mx
+
+    from trainers.generation import decode, stop_ids
+    from trainers.grpo import PolicySource
+    from trainers.grpo_mlx import load_mlx_policy, mlx_decode
+    from trainers.grpo_torch import load_torch_policy
+
+    source = PolicySource({"source": "local", "name_or_path": str(tiny_dir), "revision": None},
+                          random_peft_adapter(tiny_dir, tmp_path / "peft"), str(tiny_dir))
+    config = TrainConfig(lora_rank=RANK)
+    torch_model, tokenizer = load_torch_policy(source, config)
+    prompt = sample_ids[:40]
+    expected = decode(torch_model, prompt, stop_ids(tokenizer), max_new_tokens=24)
+    got, _ = mlx_decode(load_mlx_policy(source, config)[0], prompt, stop_ids(tokenizer), max_new_tokens=24,
+                        temperature=0.0, key=mx.random.key(0))
+    assert got == expected and len(got.new_ids) > 0
+
+
+@needs_mlx
+def test_a_tiny_local_mlx_grpo_run_through_the_cli_updates_stops_at_the_call_budget_and_keeps_its_records(
+    kit_path: Path, tiny_dir: Path, rows: list[dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from safetensors.torch import load_file
+    from typer.testing import CliRunner
+
+    from blobkit.cli import app
+    from trainers import grpo
+    from trainers.export import verify_export
+
+    real_rollout = grpo.rollout
+
+    def coin_rollout(policy: Any, runtime: Any, case: Any, max_turns: int) -> Any:
+        """The real episode, rewarded by the parity of its first sampled token: a stand-in verdict that a random
+        tiny model gets right half the time, so groups vary and updates happen."""
+        item = real_rollout(policy, runtime, case, max_turns)
+        item.reward = float(item.turns[0].new_ids[0] % 2)
+        return item
+
+    monkeypatch.setattr(grpo, "rollout", coin_rollout)
+    with open_kit(kit_path) as kit:
+        sha = kit.sha256
+    start = lora_export(tiny_dir, random_peft_adapter(tiny_dir, tmp_path / "peft"), tmp_path / "sft" / "export", sha)
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    out = tmp_path / "run"
+    # one prompt x 4 attempts x 2 turns: a step may make 8 model calls, so it only starts if they fit in 20
+    result = CliRunner().invoke(app, [
+        "train", "--world", str(kit_path), "--data", str(data), "--base", str(tiny_dir), "--init-adapter", str(start),
+        "--out", str(out), "--steps", "6", "--batch-size", "4", "--group-size", "4", "--max-turns", "2",
+        "--max-new-tokens", "8", "--eval-limit", "2", "--max-model-calls", "20", "--lr", "1e-2", "--seed", "3"])
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "eval.json").read_text())
+    assert set(report) == GRPO_REPORT_KEYS
+    assert report["stopped_by"] == "max_model_calls" and 1 <= report["steps_completed"] < 6
+    assert report["model_calls"] <= 20 < report["model_calls"] + 8
+    assert report["optimizer_updates"] >= 1 and report["rl_minus_sft"]["cases"] == 2
+    steps = [json.loads(line) for line in (out / "rl_steps.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps] == list(range(1, report["steps_completed"] + 1))
+    assert sum(s["model_calls"] for s in steps) == report["model_calls"]
+    assert sum(s["optimizer_update"] for s in steps) == report["optimizer_updates"]
+    manifest = verify_export(out / "export")
+    assert manifest["kind"] == "lora" and manifest["base"]["name_or_path"] == str(tiny_dir.resolve())
+    before, after = (load_file(d / "adapter_model.safetensors") for d in (start, out / "export"))
+    assert sorted(before) == sorted(after) and any(not before[k].equal(after[k]) for k in before)
+    assert (out / "training.png").is_file() and (out / "eval_cases_rl.json").is_file()
+    assert (out / "mlx-adapter" / "adapters.safetensors").is_file() and (out / "plan.json").is_file()

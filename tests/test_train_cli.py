@@ -39,14 +39,23 @@ def test_a_base_outside_the_catalog_lists_the_accepted_ids() -> None:
         resolve_base("someone/secret-model")
 
 
-@pytest.mark.parametrize(("method", "target", "advice"), [("grpo", "local-mlx", "local-torch"),
-                                                          ("sft", "runpod", "--init-adapter")])
+@pytest.mark.parametrize(("method", "target", "advice"), [("sft", "runpod", "--init-adapter")])
 def test_method_target_pairs_that_do_not_exist_fail_with_advice(method: str, target: str, advice: str) -> None:
     refusal = TrainConfig(kit=Path("k"), method=method, target=target).unsupported()  # type: ignore[arg-type]
     assert refusal is not None and advice in refusal
     with pytest.raises(TargetUnavailableError, match=advice):
         run_training(TrainConfig(kit=Path("k"), method=method, target=target), cast(Any, None), [], {},  # type: ignore[arg-type]
                      lambda line: None)
+
+
+def test_grpo_runs_on_local_mlx_and_only_full_weights_are_refused_there_with_advice() -> None:
+    assert TrainConfig(kit=Path("k"), method="grpo", target="local-mlx").unsupported() is None
+    assert TrainConfig(kit=Path("k")).unsupported() is None  # the seed product's defaults
+    full = TrainConfig(kit=Path("k"), method="grpo", target="local-mlx", full=True)
+    refusal = full.unsupported()
+    assert refusal is not None and "--full" in refusal and "--init-adapter" in refusal
+    with pytest.raises(TargetUnavailableError, match="--init-adapter"):
+        run_training(full, cast(Any, None), [], {}, lambda line: None)
 
 
 def test_dry_run_writes_a_plan(kit_path: Path, tmp_path: Path) -> None:
@@ -129,19 +138,60 @@ def test_train_help_shows_every_config_field_with_the_configs_own_default() -> N
         assert f"[default: ({default})]" in shown, (name, default)
 
 
-def test_the_seed_products_plain_dry_run_writes_a_plan_that_says_what_cannot_run(kit_path: Path,
-                                                                                 tmp_path: Path) -> None:
+def test_the_seed_products_plain_dry_run_plans_grpo_on_local_mlx_with_its_memory_and_rollout_budget(
+        kit_path: Path, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
     from blobkit.cli import app
 
     out = tmp_path / "o"
-    result = CliRunner().invoke(app, ["train", "--world", str(kit_path), "--data", str(kit_path / "sft.jsonl"),
-                                      "--base", "Qwen/Qwen2.5-0.5B-Instruct", "--out", str(out), "--dry-run"])
+    result = CliRunner().invoke(app, ["train", "--world", str(kit_path), "--out", str(out), "--dry-run"])
     assert result.exit_code == 0, result.output
     saved = json.loads((out / "plan.json").read_text())
-    assert (saved["config"]["method"], saved["config"]["target"]) == ("grpo", "local-mlx")
-    assert "unsupported" in saved and "cannot run as configured" in result.output
+    assert (saved["config"]["method"], saved["config"]["target"], saved["config"]["base"]) == (
+        "grpo", "local-mlx", "Qwen/Qwen3-8B")
+    assert "unsupported" not in saved and "cannot run as configured" not in result.output
+    # 100 steps x (8 // 2) prompts x 2 attempts x 6 turns
+    assert saved["rollout_budget"]["max_model_calls"] == 100 * 4 * 2 * 6 == 4800
+    memory = saved["unified_memory"]
+    assert memory["estimate_gb"] == 44 and memory["mac_memory_gb"] == 63 and "catalog" in memory["how"]
+    assert "4800 model calls" in result.output and "63 GB" in result.output
+
+
+def test_a_full_weight_grpo_dry_run_on_local_mlx_writes_the_plan_and_says_what_to_do(kit_path: Path,
+                                                                                    tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from blobkit.cli import app
+
+    out = tmp_path / "o"
+    result = CliRunner().invoke(app, ["train", "--world", str(kit_path), "--out", str(out), "--dry-run", "--full"])
+    assert result.exit_code == 0, result.output
+    assert "--init-adapter" in json.loads((out / "plan.json").read_text())["unsupported"]
+    assert "cannot run as configured" in result.output
+    refused = CliRunner().invoke(app, ["train", "--world", str(kit_path), "--out", str(tmp_path / "p"), "--full"])
+    assert refused.exit_code != 0 and not (tmp_path / "p").exists()
+
+
+def test_the_unified_memory_of_a_local_base_is_counted_from_its_files_and_architecture(tmp_path: Path) -> None:
+    from trainers.memory import unified_memory_estimate
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 256, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "vocab_size": 1000, "dtype": "bfloat16"}))
+    (model / "model.safetensors").write_bytes(b"\0" * 3_000_000)
+    config = TrainConfig(kit=Path("k"), base=str(model), max_length=1000, lora_rank=8)
+    record = unified_memory_estimate(resolve_base(str(model)), config)
+    parts = record["parts_gb"]
+    assert parts["weights"] == 0.003
+    assert parts["kv_cache"] == round(2 * 2 * 2 * 16 * 1000 * 2 / 1e9, 3)
+    assert parts["logits"] == round(1000 * 1000 * 12 / 1e9, 3)
+    assert abs(record["estimate_gb"] - sum(parts.values())) < 0.01
+    assert record["mac_memory_gb"] == 8 and "max_length 1000" in record["how"]
+    sft = unified_memory_estimate(resolve_base(str(model)), config.model_copy(update={"method": "sft"}))
+    assert sft["parts_gb"]["kv_cache"] == 0 and sft["parts_gb"]["activations"] > parts["activations"]
 
 
 def test_a_config_file_is_layered_between_the_preset_and_the_flags(tmp_path: Path) -> None:

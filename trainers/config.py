@@ -123,12 +123,12 @@ class TrainConfig(BaseModel):
 
         The one place the method/target rules live; the CLI, the planner and every target ask here.
         """
-        if self.target == "local-mlx" and (self.full or self.packing):
+        if self.target == "local-mlx" and self.method == "sft" and (self.full or self.packing):
             return ("local-mlx trains LoRA adapters without packing; drop --full/--packing or use "
                     "--target local-torch")
-        if self.target == "local-mlx" and self.method != "sft":
-            return ("GRPO does not run on local-mlx; train SFT with --target local-mlx, or run GRPO with "
-                    "--target local-torch or --target runpod")
+        if self.target == "local-mlx" and self.full:
+            return ("GRPO on local-mlx trains a LoRA adapter; drop --full (to start from a fully trained SFT "
+                    "model, pass its export with --init-adapter: GRPO trains an adapter on top of it)")
         if self.target == "runpod" and self.method != "grpo":
             return ("runpod runs GRPO only: train SFT locally first (--target local-torch or local-mlx), then pass "
                     "its export with --init-adapter to --method grpo --target runpod")

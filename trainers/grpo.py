@@ -1,4 +1,4 @@
-"""GRPO on local-torch: the world is the environment, the task's VCode verdict is the reward.
+"""GRPO: the world is the environment, the task's VCode verdict is the reward; one loop for every local target.
 
 Why our own loop rather than TRL's ``GRPOTrainer``: a reward here is a verdict on a whole
 multi-turn episode (the tool calls made, the state they left behind, the final answer), executed
@@ -21,6 +21,13 @@ is small, seeded and on-policy:
   One optimizer update per step, on the samples just drawn, so the importance ratio is 1 and no
   clipping or reference model is needed (beta = 0, TRL's default too). Steps whose groups all have
   zero reward variance carry no signal and apply no update (recorded).
+
+Everything above is this module's, whatever the target. A target contributes a
+:class:`GRPOBackend`, the two parts that differ: decoding a turn (a seeded sampling policy that
+keeps the exact token ids it produced) and the update (the loss above on those ids, gradients
+clipped at 1.0, one AdamW step, the adapter saved in PEFT format). local-torch's is
+:mod:`trainers.grpo_torch`, local-mlx's :mod:`trainers.grpo_mlx`; both start from the same
+:class:`PolicySource`, and the start and end evaluations run on torch in the run skeleton.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -41,9 +48,10 @@ from .errors import ConfigError, TrainerError
 from .evaluation import EpisodeResult, EvalSummary, run_episode
 from .export import verify_export
 from .fit import FitResult
-from .generation import Decoded, decode, prompt_ids, stop_ids, turn_text
-from .lora import peft_lora_config
-from .sft_torch import canonicalise_adapter_config
+from .generation import Decoded
+
+MAX_GRAD_NORM = 1.0
+"""Gradient clipping of every GRPO update, on every target."""
 
 
 class Policy(Protocol):
@@ -55,25 +63,6 @@ class Policy(Protocol):
 
 
 @dataclass
-class Sampler:
-    """A sampling policy for ``run_episode`` that keeps the exact token ids of every turn it produced."""
-
-    model: Any
-    tokenizer: Any
-    max_new_tokens: int
-    temperature: float
-    generator: Any
-    turns: list[Decoded] = field(default_factory=list)
-
-    def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
-        decoded = decode(self.model, prompt_ids(self.tokenizer, messages, tools), stop_ids(self.tokenizer),
-                         max_new_tokens=self.max_new_tokens, temperature=self.temperature,
-                         generator=self.generator)
-        self.turns.append(decoded)
-        return turn_text(self.tokenizer, decoded.new_ids)
-
-
-@dataclass
 class Rollout:
     """One sampled episode (a trajectory): its turns' token ids, the episode and the reward."""
 
@@ -82,6 +71,56 @@ class Rollout:
     episode: EpisodeResult
     reward: float
     verifier_error: bool
+
+
+@dataclass(frozen=True)
+class PolicySource:
+    """Where the RL policy starts, the same for every target: a model, the adapter GRPO continues, a tokenizer."""
+
+    base: dict[str, Any]
+    """The model the RL adapter sits on (source, name_or_path, revision): the plan's base, the base of a LoRA
+    export, or a full export itself. It is also the ``base`` of the exported RL adapter."""
+    adapter: Path | None
+    """The PEFT adapter of a LoRA export that GRPO continues training, or None: a fresh, seeded LoRA."""
+    tokenizer: str
+    """Where the tokenizer (and its chat template) is read from: the export's, else the base's."""
+
+    @property
+    def revision(self) -> str | None:
+        """The revision to load a hub base at (None for a local directory)."""
+        return None if self.base["source"] == "local" else self.base.get("revision")
+
+
+def policy_source(config: TrainConfig, plan_record: dict[str, Any]) -> PolicySource:
+    """The start of the RL policy: ``--init-adapter`` (verified against its manifest) or the plan's base."""
+    if config.init_adapter is None:
+        base = plan_record["base"]
+        return PolicySource(base, None, base["name_or_path"])
+    manifest = verify_export(config.init_adapter)
+    if manifest["kind"] == "full":
+        path = str(Path(config.init_adapter).resolve())
+        return PolicySource({"source": "local", "name_or_path": path, "revision": None}, None, path)
+    return PolicySource(manifest["base"], Path(config.init_adapter), str(config.init_adapter))
+
+
+class GRPOBackend(Protocol):
+    """What one target supplies to the GRPO loop."""
+
+    def start_policy(self) -> tuple[Any, Any]:
+        """(torch model, tokenizer) of the policy before any update, for the start evaluation."""
+        ...
+
+    def sampler(self) -> Policy:
+        """The seeded sampling policy of the run (at ``config.temperature``), keeping every turn's token ids."""
+        ...
+
+    def update(self, rollouts: list[Rollout], weights: list[float]) -> float:
+        """One optimizer step on -sum(w * log p(generated tokens)) / n_tokens, clipped; return the loss."""
+        ...
+
+    def save(self, checkpoint: Path) -> None:
+        """Write the trained adapter as a PEFT checkpoint (safetensors, canonical config) with the tokenizer."""
+        ...
 
 
 def rl_cases(kit: Kit, rows: list[dict[str, Any]]) -> list[KitCase]:
@@ -132,55 +171,20 @@ def advantages(rewards: list[float], group_size: int) -> list[float]:
     return out
 
 
-def policy_loss(model: Any, rollouts: list[Rollout], weights: list[float]) -> tuple[Any, int]:
-    """Backpropagate -sum(w * log p(generated tokens)) / n_tokens; return (loss, n_tokens)."""
-    import torch
+def scored_turns(rollouts: list[Rollout], weights: list[float]) -> tuple[list[tuple[Decoded, float]], int]:
+    """The turns the loss covers, each with its rollout's advantage, and the number of generated tokens in them.
 
-    device = next(model.parameters()).device
-    n_tokens = sum(len(turn.new_ids) for r, w in zip(rollouts, weights, strict=True) if w for turn in r.turns)
-    total = torch.zeros((), device=device)
-    for item, weight in zip(rollouts, weights, strict=True):
-        if not weight:
-            continue
-        for turn in item.turns:
-            if not turn.new_ids:
-                continue
-            ids = torch.tensor([turn.prompt_ids + turn.new_ids], device=device)
-            logits = model(input_ids=ids).logits[0, len(turn.prompt_ids) - 1:-1].float()
-            logp = torch.log_softmax(logits, dim=-1)
-            chosen = logp.gather(1, torch.tensor(turn.new_ids, device=device)[:, None]).sum()
-            loss = -weight * chosen / max(n_tokens, 1)
-            loss.backward()
-            total = total + loss.detach()
-    return total, n_tokens
+    Rollouts with a zero advantage and turns that generated nothing carry no loss; the count is the
+    loss's denominator on every target.
+    """
+    turns = [(turn, weight) for item, weight in zip(rollouts, weights, strict=True) if weight
+             for turn in item.turns if turn.new_ids]
+    return turns, sum(len(turn.new_ids) for turn, _ in turns)
 
 
-def _load_policy(config: TrainConfig, plan_record: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
-    """(trainable model, tokenizer, base record of the RL adapter) from --init-adapter or the base."""
-    import torch
-    from peft import PeftModel, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    def fresh_lora(model: Any) -> Any:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(config.seed)
-            return get_peft_model(model, peft_lora_config(config.lora_rank))
-
-    if config.init_adapter is None:
-        base = plan_record["base"]
-        tokenizer = AutoTokenizer.from_pretrained(base["name_or_path"])
-        model = AutoModelForCausalLM.from_pretrained(base["name_or_path"], use_safetensors=True)
-        return fresh_lora(model), tokenizer, base
-    manifest = verify_export(config.init_adapter)
-    tokenizer = AutoTokenizer.from_pretrained(config.init_adapter)
-    if manifest["kind"] == "full":
-        model = AutoModelForCausalLM.from_pretrained(config.init_adapter, use_safetensors=True)
-        base = {"source": "local", "name_or_path": str(Path(config.init_adapter).resolve()), "revision": None}
-        return fresh_lora(model), tokenizer, base
-    base = manifest["base"]
-    model = AutoModelForCausalLM.from_pretrained(base["name_or_path"], use_safetensors=True,
-                                                 revision=None if base["source"] == "local" else base["revision"])
-    return PeftModel.from_pretrained(model, config.init_adapter, is_trainable=True), tokenizer, base
+def step_model_calls(config: TrainConfig) -> int:
+    """The most model calls one step can make: prompts per step x group size x turn cap."""
+    return max(1, config.batch_size // config.group_size) * config.group_size * config.max_turns
 
 
 def _step_record(step: int, rollouts: list[Rollout], group_size: int, updated: bool, loss: float,
@@ -197,8 +201,19 @@ def _step_record(step: int, rollouts: list[Rollout], group_size: int, updated: b
     }
 
 
+def backend_for(config: TrainConfig, source: PolicySource) -> GRPOBackend:
+    """The target's half of GRPO: mlx for local-mlx, torch otherwise (runpod's pod runs local-torch)."""
+    if config.target == "local-mlx":
+        from .grpo_mlx import MLXGRPOBackend
+
+        return MLXGRPOBackend(config, source)
+    from .grpo_torch import TorchGRPOBackend
+
+    return TorchGRPOBackend(config, source)
+
+
 class GRPOTrainer:
-    """GRPO on local-torch for the run skeleton: the warm-start (or base) policy is both the start and the fit."""
+    """GRPO for the run skeleton on any local target: the warm-start (or base) policy is both the start and the fit."""
 
     end_label = "rl"
 
@@ -207,18 +222,17 @@ class GRPOTrainer:
         self.config, self.kit = config, kit
         self.cases = rl_cases(kit, rows)
         assert_same_tools(rows, self.cases + kit.cases("eval")[: config.eval_limit])
-        self.model, self.tokenizer, self.base = _load_policy(config, plan_record)
+        self.source = policy_source(config, plan_record)
+        self.backend = backend_for(config, self.source)
         self.start_label = "sft" if config.init_adapter is not None else "base"
         self.steps: list[dict[str, Any]] = []
 
     def start_policy(self) -> tuple[Any, Any]:
-        """The policy GRPO will train, before any update."""
-        return self.model, self.tokenizer
+        """The policy GRPO will train, before any update (a torch model: evaluation always runs on torch)."""
+        return self.backend.start_policy()
 
-    def _step(self, step: int, sampler: Sampler, optimizer: Any, order: random.Random, runtime: Any) -> dict[str, Any]:
+    def step(self, step: int, sampler: Policy, order: random.Random, runtime: Any) -> dict[str, Any]:
         """One GRPO step: sample a group of rollouts per prompt, one policy-gradient update when any group varies."""
-        import torch
-
         config, started = self.config, time.monotonic()
         prompts = max(1, config.batch_size // config.group_size)
         chosen = order.sample(self.cases, min(prompts, len(self.cases)))
@@ -227,32 +241,22 @@ class GRPOTrainer:
         weights = advantages([r.reward for r in rollouts], config.group_size)
         updated, loss_value = False, 0.0
         if any(weights):
-            self.model.train()
-            optimizer.zero_grad(set_to_none=True)
-            loss, _ = policy_loss(self.model, rollouts, weights)
-            torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], 1.0)
-            optimizer.step()
-            updated, loss_value = True, float(loss)
+            loss_value, updated = self.backend.update(rollouts, weights), True
         calls = sum(len(r.turns) for r in rollouts)
         return _step_record(step, rollouts, config.group_size, updated, loss_value, calls, time.monotonic() - started)
 
     def fit(self, budget: Budget, log: Log) -> FitResult:
         """Up to ``steps`` steps, each started only when its worst case fits the budget; rl_steps.jsonl as it goes."""
-        import torch
-
         config = self.config
-        step_calls = max(1, config.batch_size // config.group_size) * config.group_size * config.max_turns
-        generator = torch.Generator().manual_seed(config.seed)
-        sampler = Sampler(self.model, self.tokenizer, config.max_new_tokens, config.temperature, generator)
-        optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad],
-                                      lr=config.learning_rate, weight_decay=config.weight_decay)
+        step_calls = step_model_calls(config)
+        sampler = self.backend.sampler()
         order, runtime = random.Random(config.seed), self.kit.world().runtime()
         try:
             for step in range(1, config.steps + 1):
                 if budget.exhausted(step_calls):
                     log(f"GRPO stopped before step {step}: {budget.stopped_by}")
                     break
-                record = self._step(step, sampler, optimizer, order, runtime)
+                record = self.step(step, sampler, order, runtime)
                 budget.model_calls += record["model_calls"]
                 self.steps.append(record)
                 atomic_write_text(config.out / "rl_steps.jsonl", "".join(canonical_json(s) + "\n" for s in self.steps))
@@ -266,16 +270,13 @@ class GRPOTrainer:
     def _checkpoint(self, budget: Budget) -> FitResult:
         checkpoint = self.config.out / "checkpoint"
         checkpoint.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(checkpoint, safe_serialization=True)
-        canonicalise_adapter_config(checkpoint / "adapter_config.json")
-        self.tokenizer.save_pretrained(checkpoint)
-        del self.model
+        self.backend.save(checkpoint)
         zero_variance = [s["zero_variance_groups"] for s in self.steps]
         details = {"steps_completed": len(self.steps), "model_calls": budget.model_calls,
                    "active_seconds": round(budget.minutes() * 60, 1),
                    "zero_variance_group_fraction": round(sum(zero_variance) / len(zero_variance), 4)
                    if self.steps else None}
-        return FitResult(checkpoint, "lora", self.base, sum(s["optimizer_update"] for s in self.steps),
+        return FitResult(checkpoint, "lora", self.source.base, sum(s["optimizer_update"] for s in self.steps),
                          budget.minutes() * 60, [(s["step"], s["reward_mean"]) for s in self.steps],
                          budget.stopped_by, details)
 

@@ -3,6 +3,8 @@
 A plan is written before anything trains (and is all ``--dry-run`` does). It refuses what cannot
 run at all (unknown tools, invalid arguments, rows longer than ``max_length``) and records what
 the chosen method/target cannot do (``unsupported``), so a dry run always says where a run stands.
+A GRPO plan carries its rollout budget (the most model calls its steps may make); a local-mlx plan
+its unified-memory estimate for Apple silicon (:mod:`trainers.memory`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from .catalog import ResolvedBase, resolve_base
 from .config import TrainConfig
 from .errors import ConfigError
 from .grounding import with_grounding_repeats
+from .grpo import step_model_calls
+from .memory import unified_memory_estimate
 
 
 def validate_rows(loaded: LoadedWorld, rows: list[dict[str, Any]]) -> None:
@@ -64,6 +68,14 @@ def _count_tokens(base: ResolvedBase, rows: list[dict[str, Any]], max_length: in
             "rows_over_max_length": too_long}
 
 
+def rollout_budget(config: TrainConfig) -> dict[str, Any]:
+    """The most model calls GRPO's planned steps may make (each step starts only if its worst case fits)."""
+    per_step = step_model_calls(config)
+    return {"max_model_calls": config.steps * per_step, "per_step": per_step,
+            "how": "steps x prompts per step (batch_size // group_size) x group_size x max_turns",
+            "limit": config.max_model_calls}
+
+
 def plan(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], data_path: Path) -> dict[str, Any]:
     """Validate everything and write OUT/plan.json; raise on any problem."""
     base = resolve_base(config.base, config.revision)
@@ -84,6 +96,10 @@ def plan(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], data_path: P
         else config.steps,
         "vram_estimate_gb": base.vram_estimate_gb(config.method),
     }
+    if config.method == "grpo":
+        result["rollout_budget"] = rollout_budget(config)
+    if config.target == "local-mlx":
+        result["unified_memory"] = unified_memory_estimate(base, config)
     refusal = config.unsupported()
     if refusal:
         result["unsupported"] = refusal

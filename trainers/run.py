@@ -3,7 +3,7 @@
     evaluate the start policy → fit → export → (merge) → reload the export → evaluate → report
 
 A :class:`Trainer` supplies the start policy (the base for SFT, the warm-start adapter for GRPO),
-its ``fit`` (torch SFT, mlx SFT, GRPO) and its report; the skeleton owns everything around them:
+its ``fit`` (torch SFT, mlx SFT, GRPO on torch or mlx) and its report; the skeleton owns everything around them:
 the held-out cases, the :class:`~trainers.budget.Budget` (``--max-minutes``, ``--max-model-calls``,
 cancellation) that every fit polls at its step boundaries, the export with its manifest, the
 reload from disk and the evaluation of exactly what was exported, and the files every run writes

@@ -226,8 +226,12 @@ def lora_mlx_model(model_dir: Path, seed: int, lora_rank: int) -> Any:
     return model
 
 
-def save_mlx_adapter(model: Any, out_dir: Path, lora_rank: int) -> Path:
-    """Write the trainable LoRA tensors and an mlx-lm adapter_config.json (loadable by ``mlx_lm.load``)."""
+def save_mlx_adapter(model: Any, out_dir: Path, lora_rank: int, *, parameters: dict[str, Any] | None = None) -> Path:
+    """Write the trainable LoRA tensors and an mlx-lm adapter_config.json (loadable by ``mlx_lm.load``).
+
+    ``parameters`` are the adapter's mlx-lm ``lora_parameters`` (rank, scale, dropout) when they are not
+    blobkit's own for ``lora_rank`` (a warm-started adapter keeps its scale).
+    """
     from mlx.utils import tree_flatten
 
     mx, _, _ = import_mlx()
@@ -240,7 +244,7 @@ def save_mlx_adapter(model: Any, out_dir: Path, lora_rank: int) -> Path:
     out_dir.mkdir(parents=True)
     mx.save_safetensors(str(out_dir / MLX_WEIGHTS), weights, metadata={"format": "mlx"})
     atomic_write_json(out_dir / ADAPTER_CONFIG, {"fine_tune_type": "lora", "num_layers": -1, "lora_parameters": {
-        **mlx_lora_parameters(lora_rank), "keys": keys}})
+        **(parameters or mlx_lora_parameters(lora_rank)), "keys": keys}})
     return out_dir
 
 

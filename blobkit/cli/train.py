@@ -100,6 +100,19 @@ def _summary_line(result: dict[str, Any], out: Path) -> str:
             f"export in {out / 'export'}")
 
 
+def _plan_line(record: dict[str, Any], out: Path, refusal: str | None) -> str:
+    extras = []
+    if "rollout_budget" in record:
+        extras.append(f"at most {record['rollout_budget']['max_model_calls']} model calls in rollouts")
+    if "unified_memory" in record:
+        memory = record["unified_memory"]
+        extras.append(f"about {memory['estimate_gb']:g} GB of unified memory (a Mac with "
+                      f"{memory['mac_memory_gb']} GB or more)")
+    return (f"plan written to {out / 'plan.json'}: {record['rows']} rows, "
+            f"{record['estimated_optimizer_steps']} optimizer steps" + "".join(f", {e}" for e in extras)
+            + (f"; cannot run as configured: {refusal}" if refusal else ""))
+
+
 def train(config_file: Path | None = typer.Option(None, "--config", help="A JSON file of TrainConfig fields (what "
                                                                           "plan.json records under config)."),
           preset: str | None = typer.Option(None, "--preset", help=f"Start from a named recipe: "
@@ -138,9 +151,7 @@ def train(config_file: Path | None = typer.Option(None, "--config", help="A JSON
     if as_json:
         echo_json(result)
     elif config.dry_run:
-        typer.echo(f"plan written to {config.out / 'plan.json'}: {record['rows']} rows, "
-                   f"{record['estimated_optimizer_steps']} optimizer steps"
-                   + (f"; cannot run as configured: {refusal}" if refusal else ""))
+        typer.echo(_plan_line(record, config.out, refusal))
     else:
         typer.echo(_summary_line(result, config.out))
 

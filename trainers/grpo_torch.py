@@ -1,0 +1,116 @@
+"""GRPO's local-torch half (:class:`~trainers.grpo.GRPOBackend`): PEFT LoRA, the KV-cached decode loop, AdamW.
+
+The loop, rewards, advantages, budgets and records are :mod:`trainers.grpo`'s; this module only
+decodes turns (keeping their token ids) and applies the policy-gradient update in torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .config import TrainConfig
+from .generation import Decoded, decode, prompt_ids, stop_ids, turn_text
+from .grpo import MAX_GRAD_NORM, PolicySource, Rollout, scored_turns
+from .lora import peft_lora_config
+from .sft_torch import canonicalise_adapter_config
+
+
+@dataclass
+class Sampler:
+    """A sampling policy for ``run_episode`` that keeps the exact token ids of every turn it produced."""
+
+    model: Any
+    tokenizer: Any
+    max_new_tokens: int
+    temperature: float
+    generator: Any
+    turns: list[Decoded] = field(default_factory=list)
+
+    def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+        decoded = decode(self.model, prompt_ids(self.tokenizer, messages, tools), stop_ids(self.tokenizer),
+                         max_new_tokens=self.max_new_tokens, temperature=self.temperature,
+                         generator=self.generator)
+        self.turns.append(decoded)
+        return turn_text(self.tokenizer, decoded.new_ids)
+
+
+def policy_loss(model: Any, rollouts: list[Rollout], weights: list[float]) -> tuple[Any, int]:
+    """Backpropagate -sum(w * log p(generated tokens)) / n_tokens; return (loss, n_tokens).
+
+    One forward and backward per turn, so memory holds one sequence's activations at a time.
+    """
+    import torch
+
+    device = next(model.parameters()).device
+    turns, n_tokens = scored_turns(rollouts, weights)
+    total = torch.zeros((), device=device)
+    for turn, weight in turns:
+        ids = torch.tensor([turn.prompt_ids + turn.new_ids], device=device)
+        logits = model(input_ids=ids).logits[0, len(turn.prompt_ids) - 1:-1].float()
+        logp = torch.log_softmax(logits, dim=-1)
+        chosen = logp.gather(1, torch.tensor(turn.new_ids, device=device)[:, None]).sum()
+        loss = -weight * chosen / n_tokens
+        loss.backward()
+        total = total + loss.detach()
+    return total, n_tokens
+
+
+def load_torch_policy(source: PolicySource, config: TrainConfig) -> tuple[Any, Any]:
+    """(trainable PEFT model, tokenizer): the source's adapter, or a fresh LoRA seeded with ``config.seed``."""
+    import torch
+    from peft import PeftModel, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(source.tokenizer)
+    model = AutoModelForCausalLM.from_pretrained(source.base["name_or_path"], use_safetensors=True,
+                                                 revision=source.revision)
+    if source.adapter is not None:
+        return PeftModel.from_pretrained(model, source.adapter, is_trainable=True), tokenizer
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        return get_peft_model(model, peft_lora_config(config.lora_rank)), tokenizer
+
+
+class TorchGRPOBackend:
+    """Decoding and updates in torch on one PEFT model, which is also the start policy."""
+
+    def __init__(self, config: TrainConfig, source: PolicySource) -> None:
+        self.config = config
+        self.model, self.tokenizer = load_torch_policy(source, config)
+        self.optimizer: Any = None
+
+    def start_policy(self) -> tuple[Any, Any]:
+        """The model GRPO trains, before any update."""
+        return self.model, self.tokenizer
+
+    def sampler(self) -> Sampler:
+        """Sampling at the config's temperature from a torch generator seeded with ``config.seed``."""
+        import torch
+
+        config = self.config
+        return Sampler(self.model, self.tokenizer, config.max_new_tokens, config.temperature,
+                       torch.Generator().manual_seed(config.seed))
+
+    def update(self, rollouts: list[Rollout], weights: list[float]) -> float:
+        """Zero the gradients, backpropagate the policy loss, clip at 1.0, one AdamW step."""
+        import torch
+
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        if self.optimizer is None:
+            self.optimizer = torch.optim.AdamW(trainable, lr=self.config.learning_rate,
+                                               weight_decay=self.config.weight_decay)
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss, _ = policy_loss(self.model, rollouts, weights)
+        torch.nn.utils.clip_grad_norm_(trainable, MAX_GRAD_NORM)
+        self.optimizer.step()
+        return float(loss)
+
+    def save(self, checkpoint: Path) -> None:
+        """The PEFT adapter (target modules sorted) and the tokenizer; the model is released afterwards."""
+        self.model.save_pretrained(checkpoint, safe_serialization=True)
+        canonicalise_adapter_config(checkpoint / "adapter_config.json")
+        self.tokenizer.save_pretrained(checkpoint)
+        del self.model
