@@ -42,6 +42,11 @@ def counted(count: int, noun: str) -> str:
     return f"{count} {singular(noun) if count == 1 else noun}"
 
 
+def sentence(text: str) -> str:
+    """``text`` ending in a full stop, unless it already ends a sentence (a value quoted at its end may)."""
+    return text if text.rstrip().endswith((".", "!", "?")) else f"{text}."
+
+
 def defects(text: str, column_names: Iterable[str] = (), nouns: Iterable[str] = ()) -> list[str]:
     """The wording defects of one text, by kind (empty when it reads cleanly). ``column_names``: the world's
     column names, which a text must not use raw; ``nouns``: the plural nouns minting counts with (a result

@@ -51,3 +51,11 @@ def test_a_world_whose_own_words_make_a_minted_defect_fails_the_build_and_writes
     with pytest.raises(KitError, match=r"minted \w+ text has a wording defect \(doubled_word\)"):
         build_kit(write_world(tmp_path / "w", world), tmp_path / "out", BuildConfig())
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_a_value_that_ends_a_sentence_is_not_given_a_second_full_stop() -> None:
+    from blobkit.wording import sentence
+    quoted = "The note of order 115 is Leave at the back door."
+    assert sentence(quoted) == quoted
+    assert sentence("The status of order 5 is shipped") == "The status of order 5 is shipped."
+    assert sentence("Is it?") == "Is it?"

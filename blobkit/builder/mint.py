@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from blobkit.wording import counted
+from blobkit.wording import counted, sentence
 from world_format.canonical import canonical_json
 from world_format.chain import run_chain
 from world_format.keys import key_expression, key_from_sql, normalize_key
@@ -256,7 +256,7 @@ def _lookup_field(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance
     value = ran[0][0][column]
     anchor = m.world.state.anchor(spec.anchor)
     assert anchor is not None
-    answer = f"The {_words(column)} of {anchor.label} {key_text(table, key)} is {value}."
+    answer = sentence(f"The {_words(column)} of {anchor.label} {key_text(table, key)} is {value}")
     field = f"{spec.anchor}.{column}"
     checks = [_check("tool_called", tool=tool, arguments=arguments),
               _answer_check(value, field=field, column=_declared_column(m.world, spec.anchor, column)),
@@ -317,7 +317,7 @@ def _write(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | None
         reason = observations[1].get("error", "")
         if reason in m.missing_row_errors(spec, "write") or changes:
             return None
-        answer = f"I can't {action} {anchor.label} {named}: {reason.rstrip('.')}."
+        answer = sentence(f"I can't {action} {anchor.label} {named}: {reason}")
         others = tuple(sorted({p.error for p in tool.preconditions} | {tool.result.not_found} - {reason}))
         checks = base + [_answer_check(reason, others=others), _check("unchanged_except")]
     else:
