@@ -75,7 +75,11 @@ def main() -> None:
               f"{f'{low:.2f}-{high:.2f}':>16}")
     print(f"\nkit {record['kit']['archive']} ({record['sft_rows']} SFT rows, {record['eval_cases']} held-out cases)")
     print(f"optimizer updates {report['optimizer_updates']}; export {args.out / 'run' / 'export'}")
-    print(f"replay of {replay['case_id']} in a fresh process: {replay['verdict']['outcome']}")
+    evaluated = json.loads((args.out / "run" / "eval_cases_sft.json").read_text(encoding="utf-8"))
+    then = next(("pass" if case["passed"] else "fail" for case in evaluated if case["case_id"] == replay["case_id"]),
+                "not evaluated")
+    agrees = "the same verdict" if then == replay["verdict"]["outcome"] else f"NOT the evaluation's verdict ({then})"
+    print(f"replay of {replay['case_id']} in a fresh process: {replay['verdict']['outcome']}, {agrees}")
     print(f"whole demo: {minutes:.1f} minutes")
 
 

@@ -75,3 +75,4 @@ def test_the_demo_with_a_given_base_trains_a_lora_adapter_on_it_instead_of_the_t
     assert plan["config"]["grounding_repeats"] == 0 and plan["config"]["answer_quote_repeats"] == 0
     assert (out / "run" / "export" / "adapter_model.safetensors").is_file()
     assert "held-out pass rate" in done.stdout and "in a fresh process:" in done.stdout
+    assert ", the same verdict" in done.stdout  # the reloaded export reproduces the evaluation's verdict
