@@ -19,7 +19,7 @@ from typing import Any
 import inflect
 
 from world_format.kit import Kit
-from world_format.models import World
+from world_format.models import Task, World
 
 _PUNCTUATION_RUN = re.compile(r"[.!?,;:]{2,}")
 _FINE_RUNS = {"...", "?!", "!?"}
@@ -70,16 +70,17 @@ def lint(texts: Iterable[str], column_names: Iterable[str] = (), nouns: Iterable
     return dict(sorted(counts.items()))
 
 
+def minted_text(task: Task) -> list[str]:
+    """A minted task's instruction, answer key and scripted turns; none for an authored task (the world's text)."""
+    if task.template == "authored":
+        return []
+    return [task.instruction, *([task.answer] if task.answer else []),
+            *(text for turn in task.turns for text in (turn.assistant, turn.user))]
+
+
 def minted_texts(kit: Kit) -> list[str]:
-    """Every instruction, answer key and scripted turn of the kit's minted cases (authored text is the world's)."""
-    texts = []
-    for case in kit.cases("train") + kit.cases("eval"):
-        task = case.task
-        if task.template == "authored":
-            continue
-        texts += [task.instruction, *([task.answer] if task.answer else [])]
-        texts += [text for turn in task.turns for text in (turn.assistant, turn.user)]
-    return texts
+    """The minted text of every case of the kit, training and held-out."""
+    return [text for case in kit.cases("train") + kit.cases("eval") for text in minted_text(case.task)]
 
 
 def kit_lint(kit: Kit) -> dict[str, Any]:

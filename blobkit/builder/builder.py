@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from blobkit.errors import KitError
-from blobkit.wording import defects, world_words
+from blobkit.wording import defects, minted_text, world_words
 from world_format.archive import write_tar_zst
 from world_format.canonical import canonical_bytes
 from world_format.kit import KIT_FILE
@@ -76,9 +76,7 @@ def _check_wording(loaded: LoadedWorld, cases: list[Case]) -> None:
     names, nouns = world_words(loaded.world)
     for case in cases:
         task = case.instance.task
-        if task.template == "authored":
-            continue
-        for text in [task.instruction, task.answer or ""] + [t.assistant for t in task.turns]:
+        for text in minted_text(task):
             found = defects(text, names, nouns)
             if found:
                 raise KitError(f"{loaded.path}: minted {task.template} text has a wording defect ({found[0]}): "
