@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from blobkit.adversaries import stored_pass_rates
+from blobkit.builder.coverage import coverage_lines
 from blobkit.wording import kit_lint
 from world_format.errors import WorldFormatError
 from world_format.family import fill, iter_family_rows
@@ -138,6 +139,7 @@ def _describe_kit(kit: Kit) -> tuple[dict[str, Any], str]:
              "  cases the gate left out: " + (", ".join(f"{k} {v}" for k, v in sorted(left_out.items())) or "none"),
              "  adversarial agents (cases passed / cases where the agent applies; every one must be 0):"]
     lines += [f"    {agent}: {rate['passed']}/{rate['cases']}" for agent, rate in adversaries.items()]
+    lines += coverage_lines(meta["record"].get("tool_coverage", {}))
     defects = wording["defects"]
     lines.append(f"  wording lint of minted text ({wording['minted_texts']} texts): "
                  + (", ".join(f"{k} {v}" for k, v in defects.items()) if defects else "no defects"))

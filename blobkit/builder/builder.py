@@ -25,6 +25,7 @@ from world_format.validate import validate_world
 
 from .candidates import candidates, gate_candidates
 from .config import BuildConfig, Progress, no_progress
+from .coverage import tool_coverage
 from .kit_files import Executed, build_record, kit_files, kit_meta
 from .leakage import leakage_report, withhold_training
 from .mint import Minter
@@ -113,7 +114,7 @@ def execute_build(world_path: Path, config: BuildConfig = BuildConfig(), progres
         done = _execute(loaded, runtime, config, progress)
     finally:
         runtime.close()
-    record = build_record(done)
+    record = {**build_record(done), "tool_coverage": tool_coverage(loaded.world, done)}
     return BuiltKit(loaded.world.identity.id, kit_files(loaded, done), kit_meta(loaded, config, done, record), record)
 
 

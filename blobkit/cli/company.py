@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from blobkit.builder.coverage import coverage_lines
 from blobkit.errors import ConfigError
 from trainers.intervals import rate_text
 
@@ -213,6 +214,7 @@ def _report_lines(source: Path, report: dict[str, Any]) -> list[str]:
         lines.append(f"  minting and gating admit {admission['tasks_admitted']} tasks ({admission['tasks_rejected']} "
                      f"rejected): {admission['train_cases']} training and {admission['eval_cases']} held-out cases, "
                      f"{admission['sft_rows']} SFT rows")
+        lines += coverage_lines(admission["tool_coverage"])
     return lines + [f"  reason: {reason}" for reason in report["reasons"]]
 
 

@@ -80,6 +80,7 @@ def _admission(built: BuiltKit) -> dict[str, Any]:
                                  "shared": leakage["shared_entities"], "eval_minimum": MIN_HELD_OUT_ENTITIES,
                                  "eval_needed": max(0, MIN_HELD_OUT_ENTITIES - leakage["eval_entities"])},
         "held_out_identifiers_in_training": leakage["held_out_identifiers_in_training"],
+        "tool_coverage": record["tool_coverage"],
     }
 
 

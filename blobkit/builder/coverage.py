@@ -1,0 +1,88 @@
+"""Tool coverage: how many of a kit's cases and training rows call each declared tool, and why a tool none calls
+is left out.
+
+A tool no case calls is a part of the company's job the kit never teaches. The reason is read from the same rules
+minting uses (:func:`blobkit.builder.mint_specs.discover_specs`), so it names what the world would have to declare
+for minting to use the tool — or says that minting could, but the build's task cap left it out.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from world_format.models import Tool, World
+
+from .kit_files import Executed
+from .mint_specs import _extras, _required, discover_specs, key_params
+
+
+def _keyed_tables(world: World, tool: Tool) -> list[str]:
+    """The anchor tables whose key the tool's anchored parameters name."""
+    return [anchor.table for anchor in world.state.anchors
+            if (table := world.state.table(anchor.table)) is not None and key_params(tool, table) is not None]
+
+
+def _why_not_minted(world: World, tool: Tool, minted_tools: set[str]) -> str:
+    """Why minting makes no case with ``tool`` (the first rule it fails, as discovery applies them)."""
+    if tool.effect == "none":
+        return "a pure tool: minting never calls one, and no authored task does"
+    if tool.name in minted_tools:
+        return "minting can use it, but no task the build selected does (at most 12 tasks; try another --seed)"
+    if not tool.anchors:
+        return "declares no anchors, so minting cannot tell which row its parameters name"
+    tables = _keyed_tables(world, tool)
+    if not tables:
+        natural = [(anchor, column) for anchor in world.state.anchors for name, target in tool.anchors.items()
+                   for column in anchor.natural_keys if target == f"{anchor.table}.{column}"]
+        if natural:
+            anchor, column = natural[0]
+            return (f"finds a {anchor.label} by {column}, but no read tool with a result_noun lists the rows of a "
+                    f"{anchor.label} (minting's find-then-read needs one)")
+        return "its anchors do not name every key column of an anchor table"
+    table = world.state.table(tables[0])
+    assert table is not None
+    key = key_params(tool, table)
+    assert key is not None
+    if tool.effect == "read":
+        if tool.result.shape == "rows" and not tool.result_noun:
+            return 'a rows result without result_noun (minting cannot word what it counts)'
+        extra = [name for name in _required(tool) if name not in ({key} if isinstance(key, str) else set(key))]
+        if extra:
+            return f"requires {extra[0]!r} besides the row's key, which minting cannot fill"
+        return f"anchor table {tables[0]!r} declares no answer_fields to ask about"
+    if _extras(tool, key) is None:
+        missing = [name for name in _required(tool)
+                   if not (tool.parameters.get("properties", {}).get(name, {}).get("enum")
+                           or tool.parameters.get("properties", {}).get(name, {}).get("examples"))]
+        return f"required parameter {missing[-1]!r} has no enum or examples for minting to draw from"
+    if not tool.preconditions:
+        return "a write without preconditions: minting cannot tell where it may run and where it must be refused"
+    return f"no read tool returns a {tables[0]} row by its key (minting looks the row up before writing)"
+
+
+def tool_coverage(world: World, done: Executed) -> dict[str, dict[str, Any]]:
+    """Per declared tool: ``cases`` (admitted cases whose reference chain calls it), ``rows`` (training rows with a
+    call of it) and, when no case calls it, ``reason``."""
+    cases = Counter(tool for case in done.train + done.held_out
+                    for tool in {step.tool for step in case.instance.task.reference})
+    rows = Counter(name for row in done.rows
+                   for name in {call["function"]["name"] for message in row["messages"]
+                                for call in message.get("tool_calls") or []})
+    minted_tools = {tool for specs in discover_specs(world).values() for spec in specs
+                    for role, tool in spec.tools if not role.endswith("_param") and isinstance(tool, str)}
+    coverage: dict[str, dict[str, Any]] = {}
+    for tool in world.tools:
+        entry: dict[str, Any] = {"cases": cases[tool.name], "rows": rows[tool.name]}
+        if not cases[tool.name]:
+            entry["reason"] = _why_not_minted(world, tool, minted_tools)
+        coverage[tool.name] = entry
+    return coverage
+
+
+def coverage_lines(coverage: dict[str, dict[str, Any]]) -> list[str]:
+    """The coverage as text: how many tools the cases exercise, then each tool none does, with why."""
+    missing = {name: entry for name, entry in coverage.items() if not entry["cases"]}
+    lines = [f"  tools exercised: {len(coverage) - len(missing)} of {len(coverage)} (cases / training rows: "
+             + ", ".join(f"{name} {e['cases']}/{e['rows']}" for name, e in coverage.items() if e["cases"]) + ")"]
+    return lines + [f"    never exercised: {name}: {entry['reason']}" for name, entry in missing.items()]
