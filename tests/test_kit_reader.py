@@ -7,12 +7,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import write_world
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from worlds import small_world
 
-from blobkit.builder import BuildConfig, build_kit
 from world_format.canonical import canonical_bytes
 from world_format.errors import KitError
 from world_format.kit import KIT_FILE, open_kit
@@ -20,11 +17,9 @@ from world_format.manifest import file_entry
 
 
 @pytest.fixture(scope="module")
-def kit_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("reader")
-    record = build_kit(write_world(root / "src", small_world()), root / "out",
-                       BuildConfig(train_cases_per_task=3, eval_cases_per_task=2))
-    return Path(record["kit"]["path"])
+def kit_dir(kit_path: Path) -> Path:
+    """The session's small kit (conftest): these tests only read it, or change copies of it."""
+    return kit_path
 
 
 def _copy_with(kit_dir: Path, tmp_path: Path, name: str, data: bytes | None) -> Path:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from world_format.canonical import canonical_json, sha256_hex
 from world_format.control import escape_json_text
@@ -65,16 +65,29 @@ class ChainRun:
     problem: str = ""
 
 
+def interleaved(calls: int, turns_at: Sequence[int]) -> Iterator[tuple[Literal["call", "turn"], int]]:
+    """The conversation order of ``calls`` tool calls and the scripted user turns: ``("turn", t)`` comes just
+    before ``("call", turns_at[t])``, and turns at or past the last call come after it."""
+    turn = 0
+    for index in range(calls):
+        while turn < len(turns_at) and turns_at[turn] <= index:
+            yield "turn", turn
+            turn += 1
+        yield "call", index
+    for rest in range(turn, len(turns_at)):
+        yield "turn", rest
+
+
 def run_chain(episode: Episode, steps: Sequence[Step], turns: Sequence[UserTurn] = ()) -> ChainRun:
     """Execute steps in order, delivering each scripted user turn before step ``after_step`` (the rest at the
     end); ``clean`` is false when a step errs unexpectedly (or fails to err)."""
     observations: list[Any] = []
     problem = ""
-    pending = list(turns)
-    for index, step in enumerate(steps):
-        while pending and pending[0].after_step <= index:
-            pending.pop(0)
+    for kind, index in interleaved(len(steps), [turn.after_step for turn in turns]):
+        if kind == "turn":
             episode.deliver_turn()
+            continue
+        step = steps[index]
         try:
             arguments = resolve_arguments(step, observations)
         except ReplayError as exc:
@@ -84,8 +97,6 @@ def run_chain(episode: Episode, steps: Sequence[Step], turns: Sequence[UserTurn]
         if event.error != step.expect_error and not problem:
             expected = "an error" if step.expect_error else "success"
             problem = f"step {index} ({step.tool}) expected {expected}, got {observation_text(event.observation)[:120]}"
-    for _ in pending:
-        episode.deliver_turn()
     return ChainRun(tuple(episode.trace), not problem, problem)
 
 

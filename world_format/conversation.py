@@ -19,9 +19,12 @@ the same episode gives byte-identical messages on every machine.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .chain import observation_text
+
+if TYPE_CHECKING:
+    from .models import UserTurn
 
 Message = dict[str, Any]
 
@@ -76,6 +79,11 @@ class Conversation:
     def user(self, text: str) -> None:
         """Append the customer's next message (a scripted user turn)."""
         self.messages.append({"role": "user", "content": text})
+
+    def ask(self, turn: UserTurn) -> None:
+        """Append a scripted exchange: the agent's question (the reference wording) and the customer's reply."""
+        self.answer(turn.assistant)
+        self.user(turn.user)
 
     def unparsed(self, text: str, errors: list[str]) -> None:
         """Append an assistant turn whose tool calls could not be parsed, and the error the agent is shown.

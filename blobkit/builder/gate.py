@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from world_format.chain import final_answer, observation_hash, run_chain
+from world_format.chain import final_answer, interleaved, observation_hash, run_chain
 from world_format.control import control_strings_in
 from world_format.models import ArgRef, Step, Task, UserTurn
 from world_format.runtime import WorldRuntime
@@ -42,14 +42,11 @@ def run_attempt(runtime: WorldRuntime, task: Task, attempt: Attempt) -> ProbeOut
     """Execute an attempt's literal calls (the customer's scripted turns coming where the attempt puts them),
     then judge them and its answer with the task's verifier."""
     with runtime.episode() as episode:
-        positions = list(attempt.turns_at)
-        for index, (tool, arguments) in enumerate(attempt.calls):
-            while positions and positions[0] <= index:
-                positions.pop(0)
+        for kind, index in interleaved(len(attempt.calls), attempt.turns_at):
+            if kind == "turn":
                 episode.deliver_turn()
-            episode.call(tool, arguments)
-        for _ in positions:
-            episode.deliver_turn()
+            else:
+                episode.call(*attempt.calls[index])
         verdict = evaluate(task.vcode, episode, attempt.answer, task.answer)
         return ProbeOutcome(verdict, episode.state_hash())
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from world_format.chain import interleaved
 from world_format.models import AnswerCheck, Ref, Task, Tool, UserTurn, World
 from world_format.runtime import WorldRuntime
 from world_format.state import normalize_value
@@ -279,15 +280,10 @@ def as_messages(attempt: Attempt, prompt: Sequence[dict[str, Any]],
     from world_format.conversation import Conversation
 
     conversation = Conversation.resume(list(prompt))
-    pending = list(zip(attempt.turns_at, turns, strict=False))
-    for index, (tool, arguments) in enumerate(attempt.calls):
-        while pending and pending[0][0] <= index:
-            turn = pending.pop(0)[1]
-            conversation.answer(turn.assistant)
-            conversation.user(turn.user)
-        conversation.tool_calls([(tool, arguments)])
-    for _, turn in pending:
-        conversation.answer(turn.assistant)
-        conversation.user(turn.user)
+    for kind, index in interleaved(len(attempt.calls), attempt.turns_at[:len(turns)]):
+        if kind == "turn":
+            conversation.ask(turns[index])
+        else:
+            conversation.tool_calls([attempt.calls[index]])
     conversation.answer(attempt.answer or "")
     return conversation.messages

@@ -8,20 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from world_format.chain import final_answer, observation_hash, run_chain
+from world_format.chain import final_answer, interleaved, observation_hash, run_chain
 from world_format.conversation import Conversation, prompt_messages
-from world_format.models import Task, UserTurn
+from world_format.models import Task
 from world_format.runtime import WorldRuntime
 from world_format.vcode import evaluate
 
 from .config import Progress
 from .split import Case
-
-
-def _ask(conversation: Conversation, turn: UserTurn) -> None:
-    """The agent's question and the customer's scripted reply."""
-    conversation.answer(turn.assistant)
-    conversation.user(turn.user)
 
 
 def replay_row(runtime: WorldRuntime, task: Task, ids: tuple[str, str], system: str,
@@ -37,14 +31,13 @@ def replay_row(runtime: WorldRuntime, task: Task, ids: tuple[str, str], system: 
     if not result.clean or not verdict.passed:
         return None
     conversation = Conversation.opening(system, task.instruction)
-    pending = list(task.turns)
-    for index, event in enumerate(result.events):
-        while pending and pending[0].after_step <= index:
-            _ask(conversation, pending.pop(0))
+    for kind, index in interleaved(len(result.events), [turn.after_step for turn in task.turns]):
+        if kind == "turn":
+            conversation.ask(task.turns[index])
+            continue
+        event = result.events[index]
         [ident] = conversation.tool_calls([(event.tool, event.arguments)])
         conversation.observation(ident, event.tool, event.observation)
-    for turn in pending:
-        _ask(conversation, turn)
     conversation.answer(answer)
     metadata = {
         "task_id": ids[0], "case_id": ids[1], "template": task.template,
