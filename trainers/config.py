@@ -9,6 +9,7 @@ copying defaults elsewhere.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,6 +19,18 @@ from trainers.errors import ConfigError
 
 Method = Literal["sft", "grpo"]
 Target = Literal["local-torch", "local-mlx", "runpod"]
+
+
+def read_json_object(path: Path, what: str, not_an_object: str) -> dict[str, Any]:
+    """The JSON object in ``path``; ConfigError "PATH: cannot read WHAT: …" when it cannot be read or parsed, and
+    "PATH: NOT_AN_OBJECT" when it holds something other than an object."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: cannot read {what}: {exc}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: {not_an_object}")
+    return value
 
 
 class TrainConfig(BaseModel):

@@ -19,3 +19,4 @@ class SpendGateError(TrainerError, PermissionError):
 
 class TargetUnavailableError(TrainerError):
     """The chosen training target or method is not available here."""
+

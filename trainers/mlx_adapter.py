@@ -23,12 +23,12 @@ adapter can be exported on a machine without mlx.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
 from typing import Any
 
+from trainers.config import read_json_object
 from trainers.errors import ConfigError
 from world_format.canonical import atomic_write_json
 
@@ -45,13 +45,7 @@ _PEFT_REFUSED = {"use_dora": "DoRA", "modules_to_save": "modules_to_save", "rank
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path}: cannot read the adapter config: {exc}") from None
-    if not isinstance(value, dict):
-        raise ConfigError(f"{path}: the adapter config must be a JSON object")
-    return value
+    return read_json_object(path, "the adapter config", "the adapter config must be a JSON object")
 
 
 def _read_tensors(path: Path) -> dict[str, Any]:

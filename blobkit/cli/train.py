@@ -18,7 +18,7 @@ import typer
 from pydantic import ValidationError
 
 from blobkit.errors import ConfigError, TargetUnavailableError
-from trainers.config import PRESETS, TrainConfig
+from trainers.config import PRESETS, TrainConfig, read_json_object
 from trainers.intervals import rate_text
 from trainers.tiny_model import TinyModelConfig
 
@@ -65,13 +65,8 @@ def resolve_config(preset: str | None, config_file: Path | None, flags: dict[str
             raise ConfigError(f"unknown --preset {preset!r}; presets: {', '.join(sorted(PRESETS))}")
         values.update(PRESETS[preset])
     if config_file is not None:
-        try:
-            document = json.loads(config_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"{config_file}: cannot read the config: {exc}") from None
-        if not isinstance(document, dict):
-            raise ConfigError(f"{config_file}: a config file is one JSON object of TrainConfig fields")
-        values.update(document)
+        values.update(read_json_object(config_file, "the config",
+                                       "a config file is one JSON object of TrainConfig fields"))
     values.update(given(flags, TrainConfig))
     try:
         return TrainConfig.model_validate(values)
