@@ -76,7 +76,8 @@ def small_world() -> dict[str, Any]:
              "preconditions": [
                  {"sql": "SELECT COUNT(*) FROM orders WHERE id = :order_id", "error": "no order with that id"},
                  {"sql": "SELECT status = 'pending' FROM orders WHERE id = :order_id",
-                  "error": "only pending orders can be cancelled"}],
+                  "error": "only pending orders can be cancelled",
+                  "explanation": "it is no longer pending"}],
              "statements": ["UPDATE orders SET status = 'cancelled' WHERE id = :order_id",
                             "SELECT id, status FROM orders WHERE id = :order_id"],
              "result": {"shape": "row"}, "anchors": {"order_id": "orders.id"}, "action": "cancel"},
