@@ -26,6 +26,15 @@ def _keyed_tables(world: World, tool: Tool) -> list[str]:
             if (table := world.state.table(anchor.table)) is not None and key_params(tool, table) is not None]
 
 
+def _address_finders(world: World, table: str) -> list[Tool]:
+    """The tools minting calls to reach a row of ``table`` before a template's own steps (the find by natural key of
+    an ``internal_key`` anchor, :mod:`blobkit.builder.addressing`)."""
+    anchor = world.state.anchor(table)
+    if anchor is None or not anchor.internal_key:
+        return []
+    return [finder for column in anchor.natural_keys if (finder := natural_finder(world, table, column)) is not None]
+
+
 def _served_by(world: World, tool: Tool) -> str | None:
     """The address step (the identification, or a find by natural key) that reaches the row this read tool looks
     up by key, when minting reaches that table's rows through one (:mod:`blobkit.builder.addressing`)."""
@@ -33,13 +42,11 @@ def _served_by(world: World, tool: Tool) -> str | None:
         return None
     ident = identification(world)
     for table in _keyed_tables(world, tool):
-        anchor = world.state.anchor(table)
         if ident is not None and table == ident.table:
             return f"the identification ({ident.tool})"
-        for column in anchor.natural_keys if anchor is not None and anchor.internal_key else ():
-            finder = natural_finder(world, table, column)
-            if finder is not None:
-                return f"a find by {column} ({finder.name})"
+        for finder in _address_finders(world, table):
+            column = finder.anchors[str(finder.parameters["required"][0])].split(".")[1]
+            return f"a find by {column} ({finder.name})"
     return None
 
 
@@ -92,8 +99,11 @@ def tool_coverage(world: World, done: Executed) -> dict[str, dict[str, Any]]:
     rows = Counter(name for row in done.rows
                    for name in {call["function"]["name"] for message in row["messages"]
                                 for call in message.get("tool_calls") or []})
-    minted_tools = {tool for specs in discover_specs(world).values() for spec in specs
-                    for role, tool in spec.tools if not role.endswith("_param") and isinstance(tool, str)}
+    specs = [spec for found in discover_specs(world).values() for spec in found]
+    minted_tools = {tool for spec in specs for role, tool in spec.tools
+                    if not role.endswith("_param") and isinstance(tool, str)}
+    minted_tools |= {finder.name for table in {spec.anchor for spec in specs}
+                     for finder in _address_finders(world, table)}
     coverage: dict[str, dict[str, Any]] = {}
     for tool in world.tools:
         entry: dict[str, Any] = {"cases": cases[tool.name], "rows": rows[tool.name]}
