@@ -31,6 +31,11 @@ def threaded(step: int, column: str) -> ArgRef:
     return ArgRef.model_validate({"$from": step, "pointer": f"/{column}"})
 
 
+def threaded_key(params: tuple[str, ...], table: Table, step: int) -> dict[str, Any]:
+    """The arguments naming a row of ``table`` (one per key column), read from step ``step``'s observation."""
+    return {param: threaded(step, column) for param, column in zip(params, table.key_columns, strict=True)}
+
+
 def _check(kind: str, **fields: Any) -> dict[str, Any]:
     return {"kind": kind, **fields}
 
@@ -57,12 +62,11 @@ class Address:
 
     def key_arguments(self, params: tuple[str, ...], table: Table, key: Any) -> dict[str, Any]:
         """The arguments naming the row in a template call: threaded from :attr:`key_source`, or literal."""
-        columns = table.key_columns
         if self.key_source is not None:
-            return {param: threaded(self.key_source, column) for param, column in zip(params, columns, strict=True)}
+            return threaded_key(params, table, self.key_source)
         if not table.composite:
             return {params[0]: key}
-        return {param: key[column] for param, column in zip(params, columns, strict=True)}
+        return {param: key[column] for param, column in zip(params, table.key_columns, strict=True)}
 
     def ordered(self, first_own_tool: str | None) -> list[dict[str, Any]]:
         """The identification checks, plus an order check putting it before ``first_own_tool`` (when given)."""

@@ -17,7 +17,7 @@ from blobkit.wording import counted, sentence
 from world_format.models import Precondition, Step, Tool, UserTurn
 from world_format.state import quote_identifier
 
-from .addressing import Address
+from .addressing import Address, threaded_key
 from .arguments import fill
 from .mint import (
     CONFIRMATION,
@@ -111,8 +111,7 @@ def _find_then_read(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instan
     if not steps or steps[-1].tool != finder:
         steps.append(Step(tool=finder, arguments={spec.param("find"): natural_value}))
     found_at = len(steps) - 1
-    through = Address((), found_at, "", "")
-    steps.append(Step(tool=lister, arguments=through.key_arguments(spec.params("list"), table, key)))
+    steps.append(Step(tool=lister, arguments=threaded_key(spec.params("list"), table, found_at)))
     ran = m.run(steps)
     if ran is None or not isinstance(ran[0][-1], list) or not ran[0][-1] \
             or ran[0][found_at].get(table.primary_key) != key:
@@ -166,8 +165,7 @@ def _write(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | None
     if filled is None:
         return None
     chain_extras, literal_extras, stated = filled
-    row = Address((), row_step, "", "")
-    write_args = {**row.key_arguments(spec.params("write"), table, key), **chain_extras}
+    write_args = {**threaded_key(spec.params("write"), table, row_step), **chain_extras}
     refused = spec.template == "write_refused"
     write = Step(tool=tool.name, arguments=write_args, expect_error=refused)
     ran = m.run([*steps, write])
