@@ -8,7 +8,7 @@ from typing import Any
 
 from blobkit.adversaries import stored_pass_rates
 from blobkit.builder.coverage import coverage_lines
-from blobkit.builder.procedures import ProcedureChecker
+from blobkit.builder.procedures import ProcedureChecker, declared
 from blobkit.wording import kit_lint
 from world_format.errors import WorldFormatError
 from world_format.family import fill, iter_family_rows
@@ -97,6 +97,9 @@ def _describe_world(loaded: LoadedWorld) -> tuple[dict[str, Any], str]:
         params = ", ".join(tool.parameters.get("properties", {}))
         guard = f"; {len(tool.preconditions)} precondition(s)" if tool.preconditions else ""
         lines.append(f"    {tool.name}({params}) [{tool.effect}{guard}]")
+    procedures = declared(world)
+    summary["procedures"] = procedures
+    lines.append("  procedures: " + ("; ".join(procedures) if procedures else "none declared"))
     lines.append(f"  tasks: {len(world.tasks)}")
     lines += _task_lines(loaded)
     return summary, "\n".join(lines)

@@ -98,6 +98,19 @@ def message_events(messages: Sequence[dict[str, Any]]) -> list[Event]:
     return events
 
 
+def declared(world: World) -> list[str]:
+    """The procedures a world declares, as words (empty: it declares none)."""
+    ident, confirmed = identification(world), sorted(tool.name for tool in world.tools if tool.confirm)
+    found = []
+    if ident is not None:
+        found.append(f"identify the customer with {ident.tool} before touching their rows")
+    if confirmed:
+        found.append(f"ask for confirmation before {', '.join(confirmed)}")
+    if world.procedures.check_before_write:
+        found.append("check before writing: never call a write whose rules do not hold")
+    return found
+
+
 class ProcedureChecker:
     """The declared procedures of one world, applied to trajectories (entity roots read once from the seed)."""
 
@@ -115,15 +128,8 @@ class ProcedureChecker:
 
     @property
     def declared(self) -> list[str]:
-        """The procedures the world declares, as words (empty: it declares none)."""
-        found = []
-        if self.identification is not None:
-            found.append(f"identify the customer with {self.identification.tool} before touching their rows")
-        if self.confirmed_tools:
-            found.append(f"ask for confirmation before {', '.join(sorted(self.confirmed_tools))}")
-        if self.world.procedures.check_before_write:
-            found.append("check before writing: never call a write whose rules do not hold")
-        return found
+        """The procedures the world declares, as words (:func:`declared`)."""
+        return declared(self.world)
 
     def _customer_of(self, table: str, key: Any) -> str | None:
         """The canonical key of the customer a row belongs to, or None when it belongs to none."""
