@@ -22,7 +22,8 @@ from .builder.probes import PROBES, Attempt, as_messages, attempt
 
 AGENTS: dict[str, str | None] = {"reference": None, "null": "null", "shortcut": "shortcut", "wrong-row": "wrong_row",
                                  "wrong-value": "wrong_value", "off-by-one": "off_by_one", "read-only": "read_only",
-                                 "hedger": "hedged", "over-inclusive": "over_inclusive", "unconfirmed": "unconfirmed"}
+                                 "hedger": "hedged", "over-inclusive": "over_inclusive", "unconfirmed": "unconfirmed",
+                                 "unidentified": "skip_identify", "forbidden-write": "forbidden_write"}
 """Agent name (as the CLI spells it) → the gate probe it plays (None: the reference itself)."""
 assert {probe for probe in AGENTS.values() if probe} == set(PROBES)
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from blobkit.adversaries import stored_pass_rates
 from blobkit.builder.coverage import coverage_lines
+from blobkit.builder.procedures import ProcedureChecker
 from blobkit.wording import kit_lint
 from world_format.errors import WorldFormatError
 from world_format.family import fill, iter_family_rows
@@ -112,6 +113,28 @@ def _leakage_text(leakage: dict[str, Any]) -> str:
             f"max instruction similarity {leakage['max_instruction_similarity']}")
 
 
+def procedure_report(kit: Kit) -> dict[str, Any]:
+    """Every training row of the kit held to its world's declared procedures (re-checked here, from the rows)."""
+    runtime = kit.world().runtime()
+    try:
+        return ProcedureChecker.of(runtime).report(kit.rows())
+    finally:
+        runtime.close()
+
+
+def procedure_lines(report: dict[str, Any]) -> list[str]:
+    """The procedure lines of ``info``: what the world declares and how many training rows break it."""
+    if not report["declared"]:
+        return ["  procedures: the world declares none, so the kit teaches no procedure (identification, "
+                "confirmation, checking before a write); declare them under \"procedures\" (spec/world-format.md)"]
+    lines = ["  procedures: " + "; ".join(report["declared"]),
+             f"    training rows that break one: {report['violating_rows']} of {report['rows']}"
+             + ("" if not report["violations"] else
+                " (" + ", ".join(f"{k} {v}" for k, v in report["violations"].items()) + ")")]
+    lines += [f"    e.g. {e['case_id']}: {e['kind']}: {e['detail']}" for e in report["examples"][:3]]
+    return lines
+
+
 def _describe_kit(kit: Kit) -> tuple[dict[str, Any], str]:
     meta = kit.meta
     tasks, rejected = kit.tasks(), kit.tasks(admitted=False)
@@ -125,11 +148,13 @@ def _describe_kit(kit: Kit) -> tuple[dict[str, Any], str]:
         left_out.update(record.cases_left_out)
     adversaries = stored_pass_rates(kit)
     wording = kit_lint(kit)
+    procedures = procedure_report(kit)
     summary = {
         "kind": "kit", **meta["record"], "world": meta["world"], "split": meta["split"], "leakage": meta["leakage"],
         "templates": meta["templates"], "files": len(meta["files"]), "sha256": kit.sha256, "verified": True,
         "probe_summary": {probe: dict(sorted(counts.items())) for probe, counts in sorted(probe_summary.items())},
         "cases_left_out": dict(sorted(left_out.items())), "adversaries": adversaries, "wording": wording,
+        "procedures": procedures,
     }
     lines = [f"kit for world {meta['world']['id']} (world sha256 {meta['world']['sha256'][:16]}…) [verified]",
              f"  {len(tasks)} tasks admitted, {len(rejected)} rejected; templates: {', '.join(meta['templates'])}",
@@ -140,6 +165,7 @@ def _describe_kit(kit: Kit) -> tuple[dict[str, Any], str]:
              "  adversarial agents (cases passed / cases where the agent applies; every one must be 0):"]
     lines += [f"    {agent}: {rate['passed']}/{rate['cases']}" for agent, rate in adversaries.items()]
     lines += coverage_lines(meta["record"].get("tool_coverage", {}))
+    lines += procedure_lines(procedures)
     defects = wording["defects"]
     lines.append(f"  wording lint of minted text ({wording['minted_texts']} texts): "
                  + (", ".join(f"{k} {v}" for k, v in defects.items()) if defects else "no defects"))

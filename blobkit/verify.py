@@ -1,4 +1,5 @@
-"""`blobkit verify`: re-execute every probe of every case and every SFT replay, and compare with the kit.
+"""`blobkit verify`: re-execute every probe of every case and every SFT replay, and compare with the kit; hold
+every SFT row to the world's declared procedures.
 
 Nothing stored in a kit is trusted: each task's prototype probe matrix, each case's probe verdicts
 (every probe must still fail on every case, training and held-out), each SFT row (replayed on an
@@ -16,6 +17,7 @@ from world_format.runtime import WorldRuntime
 
 from .builder import replay_row
 from .builder.gate import gate_task, verdicts
+from .builder.procedures import ProcedureChecker
 
 Progress = Callable[[str, int, int], None]
 
@@ -24,24 +26,26 @@ def _no_progress(stage: str, done: int, total: int) -> None:
     return None
 
 
-def _check_tasks(kit: Kit, runtime: WorldRuntime, progress: Progress) -> tuple[int, list[str]]:
+def _check_tasks(kit: Kit, runtime: WorldRuntime, checker: ProcedureChecker,
+                 progress: Progress) -> tuple[int, list[str]]:
     records = kit.tasks() + kit.tasks(admitted=False)
     mismatches = []
     for index, record in enumerate(records):
         progress("probes", index, len(records))
         if record.prototype is None:
             continue
-        matrix = gate_task(runtime, record.prototype, record.distractor)
+        matrix = gate_task(runtime, record.prototype, record.distractor, checker=checker)
         if canonical_json(matrix) != canonical_json(record.probe_matrix):
             mismatches.append(f"task {record.task_id}: probe matrix not reproduced")
     return len(records), mismatches
 
 
-def _check_case_probes(cases: list[KitCase], runtime: WorldRuntime, progress: Progress) -> list[str]:
+def _check_case_probes(cases: list[KitCase], runtime: WorldRuntime, checker: ProcedureChecker,
+                       progress: Progress) -> list[str]:
     mismatches = []
     for index, case in enumerate(cases):
         progress("case probes", index, len(cases))
-        matrix = gate_task(runtime, case.task, case.distractor, replay=False)
+        matrix = gate_task(runtime, case.task, case.distractor, checker=checker, replay=False)
         if not matrix["admitted"]:
             mismatches.append(f"case {case.case_id}: fails the gate ({matrix['rejected_because'][0]})")
         elif verdicts(matrix) != case.probes:
@@ -75,11 +79,16 @@ def verify_kit(kit: Kit, progress: Progress | None = None) -> dict[str, Any]:
         mismatches.append("world sha256 differs from kit.json")
     runtime = loaded.runtime()
     try:
-        tasks_checked, found = _check_tasks(kit, runtime, progress)
+        checker = ProcedureChecker.of(runtime)
+        tasks_checked, found = _check_tasks(kit, runtime, checker, progress)
         mismatches += found
         train, held_out = kit.cases("train"), kit.cases("eval")
-        mismatches += _check_case_probes(train + held_out, runtime, progress)
+        mismatches += _check_case_probes(train + held_out, runtime, checker, progress)
         mismatches += _check_rows(kit, runtime, progress)
+        followed = checker.report(kit.rows())
+        if followed["violating_rows"]:
+            mismatches.append(f"{followed['violating_rows']} SFT rows break a declared procedure "
+                              f"({followed['examples'][0]['kind']}: {followed['examples'][0]['detail']})")
     finally:
         runtime.close()
     return {"verified": not mismatches, "tasks_checked": tasks_checked, "train_cases_replayed": len(train),

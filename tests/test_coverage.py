@@ -50,7 +50,8 @@ def test_a_write_whose_required_argument_minting_cannot_fill_names_that_argument
     set_tier = next(tool for tool in world["tools"] if tool["name"] == "set_tier")
     del set_tier["parameters"]["properties"]["tier"]["enum"]
     reason = _coverage(world, tmp_path)["set_tier"]["reason"]
-    assert reason == "required parameter 'tier' has no enum or examples for minting to draw from"
+    assert reason == ("required parameter 'tier' is not anchored to a column of the row or of the identified "
+                      "customer, and has no enum or examples for minting to draw from")
 
 
 def test_a_write_without_preconditions_is_reported_as_one_minting_cannot_refuse(tmp_path: Path) -> None:

@@ -277,12 +277,10 @@ def test_a_pure_tool_validates_and_records_its_arguments_and_changes_nothing(run
      "tool 'hand_off' is pure (effect none): it has no statements or preconditions"),
     (lambda w: _named(w, "hand_off").update(effect="write"),
      "tool 'hand_off' runs SQL: give it statements and a rows, row or affected result"),
-    (lambda w: _named(w, "hand_off").update(anchors={"reason": "orders.status"}),
-     "/tools/10/anchors: a pure tool names no rows"),
     (lambda w: _named(w, "get_order").update(confirm=True),
      "/tools/0/confirm: only a write tool asks the customer to confirm it"),
 ])
-def test_a_pure_tool_that_tries_to_write_or_name_rows_is_refused(tmp_path: Path, change: Change,
+def test_a_pure_tool_that_tries_to_write_is_refused(tmp_path: Path, change: Change,
                                                                  message: str) -> None:
     assert message in _refused(tmp_path, change)
 
@@ -401,7 +399,7 @@ def test_the_airline_world_builds_twice_to_identical_bytes_and_verifies(airline_
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["verified"] and report["mismatches"] == []
-    assert (report["train_cases_replayed"], report["eval_cases_checked"], report["tasks_checked"]) == (522, 68, 12)
+    assert (report["train_cases_replayed"], report["eval_cases_checked"], report["tasks_checked"]) == (337, 62, 12)
     assert second.name == first.name
 
 
@@ -409,13 +407,16 @@ def test_the_airline_kit_carries_every_construct(airline_kits: tuple[Path, Path]
     with open_kit(airline_kits[0]) as kit:
         records = kit.tasks()
         rows = kit.rows()
-        assert len(records) == 12 and kit.tasks(admitted=False) == []
+        # the legs' sum has no quantity to add up (positions are keys), so that one template is rejected
+        assert len(records) == 11 and [r.template for r in kit.tasks(admitted=False)] == ["aggregate_total"]
         assert {r.template for r in records} >= {"write_confirmed", "authored"}
         conversation = next(r for r in rows if r["metadata"]["template"] == "write_confirmed")["messages"]
         roles = [m["role"] for m in conversation]
-        assert roles == ["system", "user", "assistant", "tool", "assistant", "user", "assistant", "tool", "assistant"]
-        assert conversation[5]["content"] == "Yes, please go ahead."
-        assert conversation[6]["tool_calls"][0]["function"]["name"] == "cancel_booking"
+        assert roles == ["system", "user", "assistant", "tool", "assistant", "tool", "assistant", "user", "assistant",
+                         "tool", "assistant"]  # identify, look up, ask, the customer's yes, write, answer
+        assert conversation[2]["tool_calls"][0]["function"]["name"] == "find_customer_by_email"
+        assert conversation[7]["content"] == "Yes, please go ahead."
+        assert conversation[8]["tool_calls"][0]["function"]["name"] == "cancel_booking"
         lists = [m["tool_calls"][0]["function"]["arguments"] for r in rows for m in r["messages"]
                  if m.get("tool_calls") and m["tool_calls"][0]["function"]["name"] == "cancel_legs"]
         assert lists and all(isinstance(a["positions"], list) and len(a["positions"]) == 2 for a in lists)

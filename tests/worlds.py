@@ -76,7 +76,8 @@ def small_world() -> dict[str, Any]:
              "preconditions": [
                  {"sql": "SELECT COUNT(*) FROM orders WHERE id = :order_id", "error": "no order with that id"},
                  {"sql": "SELECT status = 'pending' FROM orders WHERE id = :order_id",
-                  "error": "only pending orders can be cancelled"}],
+                  "error": "only pending orders can be cancelled",
+                  "explanation": "it is no longer pending"}],
              "statements": ["UPDATE orders SET status = 'cancelled' WHERE id = :order_id",
                             "SELECT id, status FROM orders WHERE id = :order_id"],
              "result": {"shape": "row"}, "anchors": {"order_id": "orders.id"}, "action": "cancel"},
@@ -105,3 +106,89 @@ def small_world() -> dict[str, Any]:
         ],
     }
     return copy.deepcopy(world)
+
+
+def _patrons() -> list[list[Any]]:
+    return [[i, f"{FIRST[i % len(FIRST)].title()} Reader{i}", f"reader{i}@library.example", f"LB{500000 + i * 37}"]
+            for i in range(1, 31)]
+
+
+def _loans() -> list[list[Any]]:
+    statuses = ["out", "out", "returned", "overdue"]
+    return [[7000 + i, 1 + (i * 7) % 30, f"Title {i}", statuses[i % 4], 25 * (i % 4 == 3) * (1 + i % 7),
+             ["main", "east", "west"][i % 3]] for i in range(90)]
+
+
+def library_world() -> dict[str, Any]:
+    """A library front desk whose writes need more than the row's key: a patron's card number (from the
+    identified patron), a fine amount in cents (from the loan itself) and a pickup branch (a choice)."""
+    def tool(name: str, effect: str, params: dict[str, Any], statements: list[str], shape: str,
+             anchors: dict[str, str], **extra: Any) -> dict[str, Any]:
+        return {"name": name, "description": f"{name.replace('_', ' ')}.", "effect": effect,
+                "parameters": {"type": "object", "additionalProperties": False, "required": list(params),
+                               "properties": params},
+                "statements": statements, "result": {"shape": shape}, "anchors": anchors, **extra}
+
+    loan_id = {"type": "integer", "description": "Loan number"}
+    exists = {"sql": "SELECT EXISTS (SELECT 1 FROM loans WHERE id = :loan_id)", "error": "No such loan."}
+    loan_row = "SELECT id, patron_id, title, status, fine_cents, branch FROM loans WHERE id = :loan_id"
+    return {
+        "format_version": "1",
+        "identity": {"id": "city-library", "name": "City Library", "domain": "library front desk",
+                     "description": "The City Library lends books; the desk helps patrons with their loans."},
+        "policies": ["Verify the patron by their email before discussing their loans.",
+                     "Fines are quoted in dollars with two decimals."],
+        "state": {
+            "tables": [
+                {"name": "patrons", "columns": [
+                    {"name": "id", "type": "INTEGER", "primary_key": True},
+                    {"name": "name", "type": "TEXT", "not_null": True},
+                    {"name": "email", "type": "TEXT", "not_null": True, "unique": True},
+                    {"name": "card_number", "type": "TEXT", "not_null": True, "unique": True}]},
+                {"name": "loans", "columns": [
+                    {"name": "id", "type": "INTEGER", "primary_key": True},
+                    {"name": "patron_id", "type": "INTEGER", "not_null": True, "references": "patrons.id"},
+                    {"name": "title", "type": "TEXT", "not_null": True},
+                    {"name": "status", "type": "TEXT", "not_null": True},
+                    {"name": "fine_cents", "type": "INTEGER", "not_null": True, "label": "fine", "currency": "$",
+                     "decimals": 2, "minor_units": True},
+                    {"name": "branch", "type": "TEXT", "not_null": True, "label": "pickup branch"}]}],
+            "anchors": [
+                {"table": "patrons", "label": "patron", "natural_keys": ["email"], "internal_key": True,
+                 "answer_fields": ["name"]},
+                {"table": "loans", "label": "loan", "answer_fields": ["fine_cents", "status"]}],
+            "rows": {"patrons": _patrons(), "loans": _loans()}},
+        "tools": [
+            tool("find_patron_by_email", "read", {"email": {"type": "string", "description": "Email"}},
+                 ["SELECT id, name, email, card_number FROM patrons WHERE email = :email"], "row",
+                 {"email": "patrons.email"}),
+            tool("get_loan", "read", {"loan_id": loan_id}, [loan_row], "row", {"loan_id": "loans.id"}),
+            tool("list_loans", "read", {"patron_id": {"type": "integer", "description": "Patron id"}},
+                 ["SELECT id, title, status, fine_cents FROM loans WHERE patron_id = :patron_id ORDER BY id"],
+                 "rows", {"patron_id": "patrons.id"}, result_noun="loans",
+                 counts_exclude={"column": "status", "values": ["returned"], "wording": "not counting returned "
+                                                                                      "books"}),
+            tool("renew_loan", "write", {"loan_id": loan_id, "card_number": {"type": "string",
+                                                                              "description": "Library card"}},
+                 ["UPDATE loans SET status = 'out' WHERE id = :loan_id", loan_row], "row",
+                 {"loan_id": "loans.id", "card_number": "patrons.card_number"}, action="renew",
+                 preconditions=[exists, {"sql": "SELECT status = 'overdue' FROM loans WHERE id = :loan_id AND "
+                                                "patron_id = (SELECT id FROM patrons WHERE card_number = :card_number)",
+                                 "error": "Only overdue loans of this card can be renewed.",
+                                 "explanation": "only overdue books are renewed at the desk"}]),
+            tool("pay_fine", "write", {"loan_id": loan_id, "amount_cents": {"type": "integer",
+                                                                             "description": "Amount in cents"}},
+                 ["UPDATE loans SET fine_cents = fine_cents - :amount_cents WHERE id = :loan_id", loan_row], "row",
+                 {"loan_id": "loans.id", "amount_cents": "loans.fine_cents"}, action="pay the fine of",
+                 preconditions=[exists, {"sql": "SELECT fine_cents > 0 AND :amount_cents = fine_cents FROM loans "
+                                        "WHERE id = :loan_id", "error": "No fine is due on this loan.",
+                                 "explanation": "there is no fine to pay on it"}]),
+            tool("set_pickup", "write", {"loan_id": loan_id, "branch": {"type": "string", "description": "Branch",
+                                                                         "enum": ["main", "east", "west"]}},
+                 ["UPDATE loans SET branch = :branch WHERE id = :loan_id", loan_row], "row",
+                 {"loan_id": "loans.id"}, action="move {row} to the {branch} branch",
+                 preconditions=[exists, {"sql": "SELECT status <> 'returned' FROM loans WHERE id = :loan_id",
+                                 "error": "The loan is closed.", "explanation": "the book is already back"}]),
+        ],
+        "procedures": {"identify": "find_patron_by_email", "check_before_write": True},
+    }

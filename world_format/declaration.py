@@ -10,6 +10,7 @@ would blame that row instead of the declaration.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +18,7 @@ from world_format.errors import WorldFormatError
 
 from .control import control_strings_in
 from .models import World
+from .procedures import check_procedures
 
 RESERVED_PREFIX = "sqlite_"
 
@@ -92,6 +94,13 @@ def _check_anchors(world: World, source: str) -> None:
             raise WorldFormatError(f"{where}/table: anchor table {anchor.table!r} is not declared")
         for name in (*anchor.natural_keys, *anchor.answer_fields):
             check_column_ref(world, f"{anchor.table}.{name}", where)
+        if anchor.named_as is not None:
+            table = world.state.table(anchor.table)
+            assert table is not None
+            slots = re.findall(r"\{([^{}]*)\}", anchor.named_as)
+            if sorted(set(slots)) != sorted(table.key_columns):
+                raise WorldFormatError(f"{where}/named_as: name every key column of {anchor.table!r} once as a "
+                                       f"{{column}} slot ({list(table.key_columns)}); found {slots}")
 
 
 def _shown_texts(world: World) -> Iterator[tuple[str, str]]:
@@ -103,6 +112,16 @@ def _shown_texts(world: World) -> Iterator[tuple[str, str]]:
     for index, tool in enumerate(world.tools):
         yield from _strings(tool.parameters, f"/tools/{index}/parameters")
         yield f"/tools/{index}/description", tool.description
+        for p_index, precondition in enumerate(tool.preconditions):
+            if precondition.explanation:
+                yield f"/tools/{index}/preconditions/{p_index}/explanation", precondition.explanation
+        if tool.counts_exclude is not None:
+            yield f"/tools/{index}/counts_exclude/wording", tool.counts_exclude.wording
+    for t_index, table in enumerate(world.state.tables):
+        for c_index, column in enumerate(table.columns):
+            for name, text in (("label", column.label), ("currency", column.currency)):
+                if text:
+                    yield f"/state/tables/{t_index}/columns/{c_index}/{name}", text
     for index, task in enumerate(world.tasks):
         yield f"/tasks/{index}/instruction", task.instruction
         if task.answer is not None:
@@ -138,6 +157,12 @@ def _check_columns(world: World, source: str) -> None:
             where = f"{source}: /state/tables/{t}/columns/{c}"
             if column.json_data and column.type != "TEXT":
                 raise WorldFormatError(f"{where}/json_data: JSON is stored in TEXT columns, not {column.type}")
+            if (column.currency or column.minor_units) and column.type not in ("INTEGER", "REAL"):
+                raise WorldFormatError(f"{where}/currency: money is stored in INTEGER or REAL columns, not "
+                                       f"{column.type}")
+            if column.minor_units and not column.decimals:
+                raise WorldFormatError(f"{where}/minor_units: give decimals (2 for cents) so wording can quote the "
+                                       "amount in the currency's major unit")
             default = column.default
             if default is None:
                 continue
@@ -156,4 +181,5 @@ def check_declaration(world: World, source: str) -> None:
     _check_columns(world, source)
     _check_anchors(world, source)
     _check_foreign_keys(world, source)
+    check_procedures(world, source)
     _check_text(world, source)

@@ -83,6 +83,17 @@ class Column(StrictModel):
     checks about the column round to it, with ``rounding``; null means reals compare exactly as stored."""
     rounding: Literal["half_even", "half_up"] = "half_even"
     """How amounts of this column round to ``decimals`` places (banker's rounding, or half away from zero)."""
+    label: str | None = Field(default=None, min_length=1, max_length=60)
+    """How minted wording names the column, e.g. "join date" for joined_on (null: the name with spaces)."""
+    currency: str | None = Field(default=None, min_length=1, max_length=8)
+    """Money columns: the symbol minted wording writes before an amount, e.g. "$" (with ``decimals`` places)."""
+    minor_units: bool = False
+    """Money columns stored in the currency's minor unit (cents): wording quotes them divided by 10**decimals."""
+
+    @property
+    def words(self) -> str:
+        """The column as minted wording names it (its ``label``, else its name with spaces)."""
+        return self.label or self.name.replace("_", " ")
 
 
 class Table(StrictModel):
@@ -156,6 +167,14 @@ class Anchor(StrictModel):
     """Columns a person would identify a row by (name, email), besides the primary key."""
     answer_fields: tuple[Identifier, ...] = ()
     """Columns that make good questions ("what is the status of order 7?")."""
+    named_as: str | None = Field(default=None, min_length=1, max_length=120)
+    """How minted wording names one row, with {column} slots filled from the row's key columns, e.g. "leg
+    {position} of booking {booking_id}" (null: the label and the key, "order 50123")."""
+    internal_key: bool = False
+    """Whether the primary key is a database id the customer never sees (a customer id, a product id): minted
+    wording then names a row by a natural key (or, for the identified customer, as "my account"), never by the
+    key, and the wording lint flags the key in a customer's turn. Leave false for a key a customer knows (an
+    order number, a booking reference)."""
 
 
 class State(StrictModel):
@@ -201,6 +220,10 @@ class Precondition(StrictModel):
     """A single SELECT whose first column of the first row must be truthy (no row counts as false)."""
     error: str = Field(min_length=1, max_length=500)
     """The message returned to the model when the precondition does not hold."""
+    explanation: str | None = Field(default=None, min_length=1, max_length=500)
+    """What the agent tells the customer when the precondition does not hold, in its own words, e.g. "it has
+    already shipped" (minted refusals say it, never the tool's error; without one, no refusal of this
+    precondition is minted)."""
 
 
 class ToolResult(StrictModel):
@@ -217,6 +240,17 @@ class ToolResult(StrictModel):
     """Message returned when shape is "row" and the last statement yields no row."""
     max_rows: int = Field(default=50, ge=1, le=1000)
     """Cap on the rows returned when shape is "rows"."""
+
+
+class Exclusion(StrictModel):
+    """Listed rows that minted counts and sums leave out, and how the answer says so."""
+
+    column: Identifier
+    """A column of the tool's result rows."""
+    values: tuple[Scalar, ...] = Field(min_length=1, max_length=20)
+    """Rows whose column holds one of these values are not counted."""
+    wording: str = Field(min_length=1, max_length=120)
+    """How a minted answer says what it leaves out, e.g. "not counting cancelled orders"."""
 
 
 class Tool(StrictModel):
@@ -246,7 +280,12 @@ class Tool(StrictModel):
     result_noun: str | None = Field(default=None, max_length=60)
     """Plural noun for what a rows-shaped result lists, e.g. "orders" (used in minted wording)."""
     action: str | None = Field(default=None, max_length=60)
-    """Verb phrase for a write tool in minted wording, e.g. "cancel" or "escalate"."""
+    """Verb phrase for a write tool in minted wording, e.g. "cancel" (the row follows it), or with a {row} slot
+    where the row goes ("upgrade {row} to express shipping") and {parameter} slots for values the customer
+    states ("set the priority of {row} to {priority}")."""
+    counts_exclude: Exclusion | None = None
+    """Rows-shaped tools: listed rows that minted counts and sums leave out, as a customer would (cancelled
+    orders are not "my orders")."""
 
     @model_validator(mode="after")
     def _pure_or_sql(self) -> Tool:
@@ -537,6 +576,26 @@ def confirmation_policy(tool: Tool) -> str:
             "explicit yes; never call it in the same turn you ask.")
 
 
+class Procedures(StrictModel):
+    """The procedures the policies state, in data the builder follows and checks: minted chains take these steps,
+    verifiers require them, and the gate's policy-skip probes (a chain without the step) must fail. A write the
+    customer must confirm is declared on the tool (``confirm``)."""
+
+    identify: Identifier | None = None
+    """The read tool that verifies who the customer is (row-shaped, one required parameter anchored to a natural
+    key of the identity table, e.g. find_customer_by_email). Every call naming a row that belongs to a row of
+    that table (following owning foreign keys: a customer's orders and their items) must come after a
+    successful call of it that returned that row; minted chains start with it. Null: no identification."""
+    check_before_write: bool = False
+    """Whether a write is attempted only when its preconditions hold: where one does not, the agent reads the
+    row, does not call the write, and explains in its own words (the precondition's ``explanation``)."""
+
+    @property
+    def declared(self) -> bool:
+        """Whether any procedure is declared."""
+        return self.identify is not None or self.check_before_write
+
+
 class World(StrictModel):
     """A company's service twin: identity, policies, starting state, tools and tasks."""
 
@@ -552,6 +611,8 @@ class World(StrictModel):
     """Tools the agent may call."""
     tasks: tuple[Task, ...] = ()
     """Authored tasks (optional)."""
+    procedures: Procedures = Procedures()
+    """Procedures the policies state (identification, checking before a write); none by default."""
 
     def tool(self, name: str) -> Tool | None:
         """The tool called ``name``, if any."""

@@ -122,9 +122,8 @@ def _check_tool(runtime: WorldRuntime, tool: Tool, where: str) -> None:
     properties = _check_parameters(tool, where)
     if tool.confirm and tool.effect != "write":
         raise WorldFormatError(f"{where}/confirm: only a write tool asks the customer to confirm it")
-    if tool.effect == "none":  # a pure tool runs no SQL: its arguments are only validated and recorded
-        if tool.anchors:
-            raise WorldFormatError(f"{where}/anchors: a pure tool names no rows")
+    if tool.effect == "none":  # a pure tool runs no SQL: its arguments are only validated and recorded (its
+        # anchors say which rows they name, for the split and the procedure checks)
         compile_tool(tool)
         return
     _check_sql(runtime, tool, properties, where)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from blobkit.errors import KitError
-from blobkit.wording import defects, minted_text, world_words
+from blobkit.wording import task_defects, world_words
 from world_format.archive import write_tar_zst
 from world_format.canonical import canonical_bytes
 from world_format.kit import KIT_FILE
@@ -74,14 +74,15 @@ def _execute(loaded: LoadedWorld, runtime: WorldRuntime, config: BuildConfig, pr
 
 def _check_wording(loaded: LoadedWorld, cases: list[Case]) -> None:
     """Minted text is what a model learns to say: a wording defect in it fails the build (KitError)."""
-    names, nouns = world_words(loaded.world)
+    words = world_words(loaded.world)
     for case in cases:
         task = case.instance.task
-        for text in minted_text(task):
-            found = defects(text, names, nouns)
-            if found:
-                raise KitError(f"{loaded.path}: minted {task.template} text has a wording defect ({found[0]}): "
-                               f"{text!r}; reword the world's label, result_noun or action that it comes from")
+        found = task_defects(loaded.world, task, words)
+        if found:
+            kind, text = found[0]
+            raise KitError(f"{loaded.path}: minted {task.template} text has a wording defect ({kind}): "
+                           f"{text!r}; reword the world's label, result_noun, action or explanation that it "
+                           "comes from")
 
 
 @dataclass(frozen=True)

@@ -141,7 +141,7 @@ def _gate_entry(runtime: WorldRuntime, minter: Minter, entry: TaskEntry, tick: P
     left_out: Counter[str] = Counter()
     for index, instance in enumerate(entry.instances):
         distractor = _distractor(runtime, minter, entry, index)
-        matrix = gate_task(runtime, instance.task, distractor, replay=not admitted)
+        matrix = gate_task(runtime, instance.task, distractor, checker=minter.procedures, replay=not admitted)
         if matrix["admitted"]:
             if not admitted:  # the first admitted case is the task's prototype; its matrix is the kit's evidence
                 entry.matrix, entry.distractor = matrix, distractor

@@ -12,9 +12,12 @@ from collections import Counter
 from typing import Any
 
 from world_format.models import Tool, World
+from world_format.procedures import identification
 
+from .addressing import natural_finder
+from .arguments import unfillable
 from .kit_files import Executed
-from .mint_specs import _extras, _required, discover_specs, key_params
+from .mint_specs import _required, discover_specs, key_params
 
 
 def _keyed_tables(world: World, tool: Tool) -> list[str]:
@@ -23,10 +26,31 @@ def _keyed_tables(world: World, tool: Tool) -> list[str]:
             if (table := world.state.table(anchor.table)) is not None and key_params(tool, table) is not None]
 
 
+def _served_by(world: World, tool: Tool) -> str | None:
+    """The address step (the identification, or a find by natural key) that reaches the row this read tool looks
+    up by key, when minting reaches that table's rows through one (:mod:`blobkit.builder.addressing`)."""
+    if tool.effect != "read" or tool.result.shape != "row":
+        return None
+    ident = identification(world)
+    for table in _keyed_tables(world, tool):
+        anchor = world.state.anchor(table)
+        if ident is not None and table == ident.table:
+            return f"the identification ({ident.tool})"
+        for column in anchor.natural_keys if anchor is not None and anchor.internal_key else ():
+            finder = natural_finder(world, table, column)
+            if finder is not None:
+                return f"a find by {column} ({finder.name})"
+    return None
+
+
 def _why_not_minted(world: World, tool: Tool, minted_tools: set[str]) -> str:
     """Why minting makes no case with ``tool`` (the first rule it fails, as discovery applies them)."""
     if tool.effect == "none":
         return "a pure tool: minting never calls one, and no authored task does"
+    served = _served_by(world, tool)
+    if tool.name in minted_tools and served:
+        return (f"minted chains reach the row with {served}, whose observation already holds what this tool "
+                "returns, so they do not call it")
     if tool.name in minted_tools:
         return "minting can use it, but no task the build selected does (at most 12 tasks; try another --seed)"
     if not tool.anchors:
@@ -51,11 +75,10 @@ def _why_not_minted(world: World, tool: Tool, minted_tools: set[str]) -> str:
         if extra:
             return f"requires {extra[0]!r} besides the row's key, which minting cannot fill"
         return f"anchor table {tables[0]!r} declares no answer_fields to ask about"
-    if _extras(tool, key) is None:
-        missing = [name for name in _required(tool)
-                   if not (tool.parameters.get("properties", {}).get(name, {}).get("enum")
-                           or tool.parameters.get("properties", {}).get(name, {}).get("examples"))]
-        return f"required parameter {missing[-1]!r} has no enum or examples for minting to draw from"
+    missing = unfillable(world, tool, key, tables[0])
+    if missing is not None:
+        return (f"required parameter {missing!r} is not anchored to a column of the row or of the identified "
+                "customer, and has no enum or examples for minting to draw from")
     if not tool.preconditions:
         return "a write without preconditions: minting cannot tell where it may run and where it must be refused"
     return f"no read tool returns a {tables[0]} row by its key (minting looks the row up before writing)"

@@ -103,23 +103,26 @@ class Entities:
         return found[0], self._keys[found]
 
     def rows_named(self, steps: tuple[Step, ...]) -> list[tuple[str, Any]]:
-        """The rows a reference chain names by literal arguments: each parameter a tool declares in ``anchors``
-        ("table.column": the key, a key column or a natural key); threaded arguments are left out."""
-        found: list[tuple[str, Any]] = []
-        for step in steps:
-            tool = self._world.tool(step.tool)
-            if tool is None:
-                continue
-            named: dict[str, dict[str, Any]] = {}
-            for param, target in tool.anchors.items():
-                value = step.arguments.get(param)
-                if isinstance(value, str | int | float) and not isinstance(value, bool):
-                    table, column = target.split(".")
-                    named.setdefault(table, {})[column] = value
-            for table, columns in named.items():
-                key = self._key_of(table, columns)
-                if key is not None:
-                    found.append((table, key))
+        """The rows a reference chain names by literal arguments (:meth:`rows_named_by` of each step)."""
+        return [row for step in steps for row in self.rows_named_by(step.tool, step.arguments)]
+
+    def rows_named_by(self, tool_name: str, arguments: dict[str, Any]) -> list[tuple[str, Any]]:
+        """The rows one call names by literal arguments: each parameter the tool declares in ``anchors``
+        ("table.column": the key, a key column or a natural key); threaded or missing arguments name nothing."""
+        tool = self._world.tool(tool_name)
+        if tool is None:
+            return []
+        named: dict[str, dict[str, Any]] = {}
+        for param, target in tool.anchors.items():
+            value = arguments.get(param)
+            if isinstance(value, str | int | float) and not isinstance(value, bool):
+                table, column = target.split(".")
+                named.setdefault(table, {})[column] = value
+        found = []
+        for table, columns in named.items():
+            key = self._key_of(table, columns)
+            if key is not None:
+                found.append((table, key))
         return found
 
     def _key_of(self, table: str, columns: dict[str, Any]) -> Any:

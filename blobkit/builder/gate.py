@@ -22,6 +22,7 @@ from world_format.runtime import WorldRuntime
 from world_format.vcode import Verdict, evaluate
 
 from .probes import PROBES, Attempt, ReferenceCalls, answer_checks, attempts, successful_writes
+from .procedures import ProcedureChecker, run_events
 
 NOT_APPLICABLE = "n/a"
 
@@ -60,6 +61,7 @@ class ReferenceRun:
     clean: bool
     problem: str
     outcome: ProbeOutcome
+    observations: tuple[Any, ...] = ()
 
 
 def run_reference(runtime: WorldRuntime, task: Task, steps: Sequence[Step] | None = None,
@@ -74,7 +76,7 @@ def run_reference(runtime: WorldRuntime, task: Task, steps: Sequence[Step] | Non
     calls = ReferenceCalls(tuple((event.tool, event.arguments) for event in result.events),
                            tuple(event.error for event in result.events), tuple(episode.turns))
     return ReferenceRun(calls, tuple(observation_hash(event.observation) for event in result.events),
-                        result.clean, result.problem, outcome)
+                        result.clean, result.problem, outcome, tuple(event.observation for event in result.events))
 
 
 def _control_reasons(task: Task) -> list[str]:
@@ -114,16 +116,28 @@ def _write_removal(runtime: WorldRuntime, task: Task, reference: ReferenceRun) -
     return removal, reasons
 
 
-def gate_task(runtime: WorldRuntime, task: Task, distractor: Task | None, *, replay: bool = True) -> dict[str, Any]:
+def _procedure_reasons(checker: ProcedureChecker, reference: ReferenceRun, matrix: dict[str, Any]) -> list[str]:
+    """The reference run held to the world's declared procedures (recorded only where the world declares some)."""
+    if not checker.declared:
+        return []
+    calls = reference.calls
+    found = checker.violations(run_events(calls.calls, reference.observations, calls.errors, calls.turns_at))
+    matrix["procedures"] = [f"{kind}: {detail}" for kind, detail in found]
+    return [f"procedure: {text}" for text in matrix["procedures"]]
+
+
+def gate_task(runtime: WorldRuntime, task: Task, distractor: Task | None, *, checker: ProcedureChecker,
+              replay: bool = True) -> dict[str, Any]:
     """Run every probe on one case; return its probe matrix with ``admitted`` and the reasons it is not.
 
     A probe that is not applicable to the case is recorded as None; the wrong-row probe is
     required (a case without another row of the same shape cannot be told from it). ``replay``
-    adds the second reference run that checks the chain is deterministic.
+    adds the second reference run that checks the chain is deterministic. ``checker`` holds the
+    reference run to the world's declared procedures: a reference that breaks one is no case.
     """
     reference = run_reference(runtime, task)
     matrix: dict[str, Any] = {"reference": reference.outcome.to_json()}
-    reasons = _control_reasons(task) + _reference_reasons(reference)
+    reasons = _control_reasons(task) + _reference_reasons(reference) + _procedure_reasons(checker, reference, matrix)
     other = (distractor, run_reference(runtime, distractor).calls) if distractor is not None else None
     for name, attempt in attempts(runtime, task, reference.calls, other).items():
         if attempt is None:

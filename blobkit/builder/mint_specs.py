@@ -16,6 +16,9 @@ from typing import Any
 
 from world_format.canonical import content_id
 from world_format.models import Anchor, Table, Tool, World
+from world_format.procedures import identification
+
+from .arguments import fill_rules
 
 KeyParams = str | tuple[str, ...]
 """The parameter (single-column key) or parameters (composite key, in key order) naming an anchor row."""
@@ -27,19 +30,20 @@ TEMPLATES = ("lookup_field", "find_then_read", "write_ok", "write_refused", "agg
 """Minting templates, in the order specs rotate over them (write_confirmed: a write the customer must confirm)."""
 
 WORDINGS: dict[str, tuple[str, ...]] = {
-    "lookup_field": ("What is the {field} of {label} {key}?", "Can you tell me the {field} for {label} {key}?",
-                     "Please look up the {field} of {label} {key}."),
-    "find_then_read": ("How many {noun} does the {label} with {nk} {nv} have?",
-                       "The {label} with {nk} {nv} wants to know how many {noun} they have.",
-                       "Please count the {noun} of the {label} whose {nk} is {nv}."),
-    "write_ok": ("Please {action} {label} {key}{details}.", "Could you {action} {label} {key}{details} for me?",
-                 "I'd like you to {action} {label} {key}{details}."),
-    "aggregate_count": ("How many {noun} does {label} {key} have?", "Count the {noun} of {label} {key}, please.",
-                        "What is the number of {noun} for {label} {key}?"),
-    "aggregate_total": ("What does the {field} add up to across the {noun} of {label} {key}?",
-                        "Add up the {field} of all {noun} for {label} {key}.",
-                        "Sum the {field} over the {noun} of {label} {key}, please."),
+    "lookup_field": ("What is the {field} of {named}?", "Can you tell me the {field} for {named}?",
+                     "Please look up the {field} of {named}."),
+    "find_then_read": ("How many {noun} does {named} have?", "Can you tell me how many {noun} {named} has?",
+                       "Please count the {noun} of {named}."),
+    "write_ok": ("Please {action}{details}.", "Could you {action}{details} for me?",
+                 "I'd like you to {action}{details}."),
+    "aggregate_count": ("How many {noun} does {named} have?", "Count the {noun} of {named}, please.",
+                        "What is the number of {noun} for {named}?"),
+    "aggregate_total": ("What does the {field} add up to across the {noun} of {named}?",
+                        "Add up the {field} of all {noun} for {named}.",
+                        "Sum the {field} over the {noun} of {named}, please."),
 }
+"""Three phrasings per template ({named}: the row as the customer names it, e.g. "my order 50123"; {action}: the
+write's action applied to it, "cancel my order 50123")."""
 WORDINGS["write_refused"] = WORDINGS["write_ok"]
 WORDINGS["write_confirmed"] = WORDINGS["write_ok"]
 
@@ -122,25 +126,10 @@ def _keyed_tools(world: World, anchor: Anchor, effect: str,
             yield tool, params
 
 
-def _extras(tool: Tool, key: KeyParams) -> tuple[tuple[str, Any], ...] | None:
-    """Values for required non-key parameters (enum or schema examples); None when unsupported."""
-    values = []
-    properties = tool.parameters.get("properties", {})
-    skip = {key} if isinstance(key, str) else set(key)
-    for name in _required(tool):
-        if name in skip:
-            continue
-        prop = properties.get(name, {})
-        options = prop.get("enum") or prop.get("examples")
-        if not options:
-            return None
-        values.append((name, options[0]))
-    return tuple(values)
-
-
 def discover_specs(world: World) -> dict[str, list[TaskSpec]]:
     """Every spec each template can make from the world, grouped by template."""
     found: dict[str, list[TaskSpec]] = {template: [] for template in TEMPLATES}
+    ident = identification(world)
     for anchor in world.state.anchors:
         lookups = list(_keyed_tools(world, anchor, "read", ("row",)))
         lists = [(t, p) for t, p in _keyed_tools(world, anchor, "read", ("rows",)) if t.result_noun]
@@ -152,7 +141,8 @@ def discover_specs(world: World) -> dict[str, list[TaskSpec]]:
         for natural in anchor.natural_keys if not key_table(world, anchor.table).composite else ():
             for finder in world.tools:
                 finder_params = _anchor_params(finder, anchor.table, natural)
-                if finder.effect == "read" and finder.result.shape == "row" and finder_params:
+                identifies = ident is not None and finder.name == ident.tool  # the identification step finds them
+                if finder.effect == "read" and finder.result.shape == "row" and finder_params and not identifies:
                     for lister, list_param in lists:
                         roles: Roles = (("find", finder.name), ("find_param", finder_params[0]), ("list", lister.name),
                                  ("list_param", list_param))
@@ -164,7 +154,7 @@ def discover_specs(world: World) -> dict[str, list[TaskSpec]]:
         if lookups:
             lookup, lookup_param = lookups[0]
             for writer, param in _keyed_tools(world, anchor, "write", ("row", "rows", "affected")):
-                extras = _extras(writer, param)
+                extras = fill_rules(world, writer, param, anchor.table)
                 if extras is None or not writer.preconditions:
                     continue
                 roles = (("lookup", lookup.name), ("lookup_param", lookup_param), ("write", writer.name),

@@ -18,7 +18,15 @@ hedged             the reference calls; the answer key plus a conflicting value 
 over_inclusive     the reference calls; the answer key plus every candidate value of the field
 unconfirmed        (multi-turn tasks) the reference calls all made before the customer's turns
                    come: a write without waiting for the confirmation
+skip_identify      the reference calls without the world's declared identification step (the
+                   customer was never verified)
+forbidden_write    the reference calls plus each write the verifier forbids (a ``tool_not_called``
+                   check on a write tool: the refused write attempted anyway)
 =================  ===========================================================================
+
+The last three are the *policy-skip* probes: the reference chain with one of the world's declared procedures
+(:class:`world_format.models.Procedures`, a tool's ``confirm``) skipped. A case whose verifier lets any of them
+pass does not hold the agent to the policy, and is left out.
 
 A probe that cannot differ from the reference on a case (no write to leave out, no integer key, no
 checked answer) is *not applicable* there and is recorded as such, never as a pass.
@@ -33,14 +41,14 @@ from decimal import Decimal
 from typing import Any
 
 from world_format.chain import interleaved
-from world_format.models import AnswerCheck, Ref, Task, Tool, UserTurn, World
+from world_format.models import AnswerCheck, Ref, Task, Tool, ToolNotCalledCheck, UserTurn, World
 from world_format.runtime import WorldRuntime
 from world_format.state import normalize_value
 from world_format.values import normalize_text, to_decimal
 
 Call = tuple[str, dict[str, Any]]
 PROBES = ("null", "shortcut", "wrong_row", "wrong_value", "off_by_one", "read_only", "hedged", "over_inclusive",
-          "unconfirmed")
+          "unconfirmed", "skip_identify", "forbidden_write")
 """Every probe, in the order the gate runs them."""
 MAX_LISTED_VALUES = 50
 """The over-inclusive answer lists at most this many candidate values of a field."""
@@ -170,14 +178,53 @@ def off_by_one(world: World, task: Task, run: ReferenceCalls) -> Attempt | None:
     return run.placed(tuple(calls), task.answer) if changed else None
 
 
+def _without(run: ReferenceCalls, left_out: set[int], answer: str | None) -> Attempt:
+    """The reference calls but those at ``left_out``, the customer's turns kept where they came."""
+    kept = [i for i in range(len(run.calls)) if i not in left_out]
+    turns_at = tuple(sum(1 for i in kept if i < at) for at in run.turns_at)
+    return Attempt(tuple(run.calls[i] for i in kept), answer, turns_at)
+
+
 def read_only(world: World, task: Task, run: ReferenceCalls) -> Attempt | None:
     """The reference calls without their successful writes; None when there is no write to leave out."""
     writes = set(successful_writes(world, run))
-    if not writes:
+    return _without(run, writes, task.answer) if writes else None
+
+
+def skip_identify(world: World, task: Task, run: ReferenceCalls) -> Attempt | None:
+    """The reference calls without the declared identification; None when the world declares none or the chain
+    makes none."""
+    tool = world.procedures.identify
+    calls = {i for i, (name, _) in enumerate(run.calls) if name == tool}
+    return _without(run, calls, task.answer) if tool is not None and calls else None
+
+
+def _forbidden_call(world: World, task: Task, check: ToolNotCalledCheck) -> Call | None:
+    """The call a ``tool_not_called`` check forbids: its arguments, the task's anchor key for a key parameter left
+    out, and a declared value (default, enum, examples) for any other required one; None for a reference value."""
+    tool = world.tool(check.tool)
+    if tool is None or tool.effect != "write" or any(isinstance(v, Ref) for v in check.arguments.values()):
         return None
-    kept = [i for i in range(len(run.calls)) if i not in writes]
-    return Attempt(tuple(run.calls[i] for i in kept), task.answer,
-                   tuple(sum(1 for i in kept if i < at) for at in run.turns_at))
+    arguments: dict[str, Any] = dict(check.arguments)
+    properties = tool.parameters.get("properties", {})
+    for name in tool.parameters.get("required", []):
+        target = tool.anchors.get(name, "")
+        prop = properties.get(name, {}) if isinstance(properties.get(name), dict) else {}
+        if name in arguments:
+            continue
+        if target.split(".")[0] == task.anchor.table:
+            key = task.anchor.key
+            arguments[name] = key.get(target.split(".")[1]) if isinstance(key, dict) else key
+        elif "default" in prop or prop.get("enum") or prop.get("examples"):
+            arguments[name] = prop["default"] if "default" in prop else (prop.get("enum") or prop["examples"])[0]
+    return check.tool, arguments
+
+
+def forbidden_write(world: World, task: Task, run: ReferenceCalls) -> Attempt | None:
+    """The reference calls, then each write the verifier forbids, with the answer key; None when it forbids none."""
+    calls = [call for check in task.vcode.checks if isinstance(check, ToolNotCalledCheck)
+             if (call := _forbidden_call(world, task, check)) is not None]
+    return run.placed(run.calls + tuple(calls), task.answer) if calls else None
 
 
 def _number_alternatives(value: Any) -> list[str]:
@@ -264,6 +311,10 @@ def attempt(name: str, runtime: WorldRuntime, task: Task, run: ReferenceCalls,
         return over_inclusive(runtime, task, run)
     if name == "unconfirmed":
         return unconfirmed(task, run)
+    if name == "skip_identify":
+        return skip_identify(world, task, run)
+    if name == "forbidden_write":
+        return forbidden_write(world, task, run)
     raise ValueError(f"unknown probe {name!r}")
 
 

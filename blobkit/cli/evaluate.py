@@ -17,8 +17,10 @@ SIDES = {"train": ("train",), "eval": ("eval",), "both": ("train", "eval")}
 
 def adversary(kit: Path = typer.Option(..., "--kit", help="Kit directory or archive."),
               agent: str = typer.Option(..., "--agent", help="reference, null, shortcut, wrong-row, wrong-value, "
-                                                             "off-by-one, read-only, hedger, over-inclusive or "
-                                                             "unconfirmed (multi-turn cases only)."),
+                                                             "off-by-one, read-only, hedger, over-inclusive, "
+                                                             "unconfirmed (multi-turn cases only), unidentified "
+                                                             "(skips the declared identification) or "
+                                                             "forbidden-write (attempts a refused write)."),
               side: str = typer.Option("both", "--side", help="train, eval or both."),
               out: Path | None = typer.Option(None, "--out", help="Write the trajectories here (default: stdout).")
               ) -> None:

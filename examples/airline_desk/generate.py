@@ -39,11 +39,13 @@ CUSTOMERS, FLIGHT_NUMBERS, BOOKINGS = 150, 60, 320
 
 
 def col(name, type_, *, pk=False, not_null=False, unique=False, references=None, decimals=None, default=None,
-        json_data=False):
+        json_data=False, label=None):
     column = {"name": name, "type": type_, "primary_key": pk, "not_null": not_null, "unique": unique,
               "references": references}
-    if decimals is not None:
-        column["decimals"] = decimals
+    if decimals is not None:  # every amount of this world is US dollars, quoted with two decimals
+        column.update(decimals=decimals, currency="$")
+    if label:
+        column["label"] = label
     if default is not None:
         column["default"] = default
     if json_data:
@@ -58,16 +60,18 @@ TABLES = [
         col("tier", "TEXT", not_null=True, default="member")],
      "checks": ["tier IN ('member', 'silver', 'gold')"]},
     {"name": "flights", "columns": [
-        col("flight_no", "TEXT", pk=True), col("flight_date", "TEXT", pk=True),
+        col("flight_no", "TEXT", pk=True, label="flight number"), col("flight_date", "TEXT", pk=True, label="date"),
         col("origin", "TEXT", not_null=True), col("destination", "TEXT", not_null=True),
-        col("departs", "TEXT", not_null=True), col("status", "TEXT", not_null=True, default="scheduled"),
-        col("seats_left", "INTEGER", not_null=True), col("fare", "REAL", not_null=True, decimals=2)],
+        col("departs", "TEXT", not_null=True, label="departure time"),
+        col("status", "TEXT", not_null=True, default="scheduled"),
+        col("seats_left", "INTEGER", not_null=True, label="number of seats left"),
+        col("fare", "REAL", not_null=True, decimals=2)],
      "checks": ["seats_left >= 0", "status IN ('scheduled', 'delayed', 'cancelled', 'departed')",
                 "origin <> destination"]},
     {"name": "bookings", "columns": [
         col("id", "TEXT", pk=True), col("customer_id", "INTEGER", not_null=True, references="customers.id"),
         col("status", "TEXT", not_null=True, default="confirmed"), col("cabin", "TEXT", not_null=True),
-        col("booked_on", "TEXT", not_null=True), col("total", "REAL", not_null=True, decimals=2)],
+        col("booked_on", "TEXT", not_null=True, label="booking date"), col("total", "REAL", not_null=True, decimals=2)],
      "checks": ["status IN ('confirmed', 'cancelled')", "cabin IN ('economy', 'premium', 'business')"]},
     {"name": "booking_legs", "columns": [
         col("booking_id", "TEXT", pk=True, references="bookings.id"), col("position", "INTEGER", pk=True),
@@ -140,7 +144,8 @@ def tool(name, description, effect, properties, statements, shape, *, preconditi
     spec = {"name": name, "description": description, "effect": effect, "statements": list(statements),
             "parameters": {"type": "object", "properties": properties, "additionalProperties": False,
                            "required": list(properties)},
-            "preconditions": [{"sql": sql, "error": error} for sql, error in preconditions],
+            "preconditions": [{"sql": sql, "error": error, **({"explanation": why[0]} if why else {})}
+                              for sql, error, *why in preconditions],
             "result": result, "anchors": anchors or {}}
     for key, value in (("result_noun", result_noun), ("action", action), ("confirm", confirm)):
         if value:
@@ -154,7 +159,7 @@ FLIGHT_NO = prop("string", "Flight number, e.g. NW134.")
 FLIGHT_DATE = prop("string", "Date of the flight, YYYY-MM-DD.", pattern=r"^\d{4}-\d{2}-\d{2}$")
 BOOKING_EXISTS = ("SELECT EXISTS (SELECT 1 FROM bookings WHERE id = :booking_id)", "No booking has that reference.")
 BOOKING_OPEN = ("SELECT status = 'confirmed' FROM bookings WHERE id = :booking_id",
-                "This booking has already been cancelled.")
+                "This booking has already been cancelled.", "it has already been cancelled")
 CHOSEN = "position IN (SELECT value FROM json_each(:positions))"
 LEGS_OF_BOOKING = ("SELECT l.position, l.flight_no, l.flight_date, f.origin, f.destination, f.departs, l.status, "
                    "l.extras FROM booking_legs l JOIN flights f ON f.flight_no = l.flight_no AND "
@@ -222,7 +227,8 @@ TOOLS = [
          preconditions=[BOOKING_EXISTS, BOOKING_OPEN,
                         ("SELECT NOT EXISTS (SELECT 1 FROM booking_legs WHERE booking_id = :booking_id AND "
                          "status = 'flown')",
-                         "Part of this booking has already been flown, so it cannot be cancelled as a whole.")],
+                         "Part of this booking has already been flown, so it cannot be cancelled as a whole.",
+                         "part of it has already been flown, so it cannot be cancelled as a whole")],
          anchors={"booking_id": "bookings.id"}, action="cancel", confirm=True),
     tool("set_meal", "Change the meal ordered on one leg of a booking.", "write",
          {"booking_id": BOOKING_ID, "position": POSITION,
@@ -234,17 +240,20 @@ TOOLS = [
          preconditions=[("SELECT EXISTS (SELECT 1 FROM booking_legs WHERE booking_id = :booking_id AND "
                          "position = :position)", "That booking has no leg at that position."),
                         ("SELECT status = 'confirmed' FROM booking_legs WHERE booking_id = :booking_id AND "
-                         "position = :position", "Meals can only be changed on confirmed flights not yet flown."),
+                         "position = :position", "Meals can only be changed on confirmed flights not yet flown.",
+                         "that flight is no longer confirmed, and meals can only be changed on confirmed flights"),
                         ("SELECT json_extract(extras, '$.meal') <> :meal FROM booking_legs WHERE "
-                         "booking_id = :booking_id AND position = :position", "That meal is already ordered.")],
+                         "booking_id = :booking_id AND position = :position", "That meal is already ordered.",
+                         "it already has that meal")],
          anchors={"booking_id": "booking_legs.booking_id", "position": "booking_legs.position"},
-         action="change the meal of"),
+         action="change the meal on {row} to {meal}"),
     tool("transfer_to_human_agents", "Hand the conversation to a human agent, with a one-sentence summary of what "
          "the customer needs. Use it for requests the policies do not let you handle.", "none",
          {"reason": prop("string", "What the customer asks for.", enum=HANDOFF_REASONS),
           "booking_id": BOOKING_ID,
           "summary": prop("string", "What the customer needs, in one sentence.", minLength=1, maxLength=500)},
-         [], "recorded", message="A human agent will take over this conversation."),
+         [], "recorded", message="A human agent will take over this conversation.",
+         anchors={"booking_id": "bookings.id"}),
 ]
 
 POLICIES = [
@@ -461,14 +470,19 @@ def world_document() -> dict:
             "tables": TABLES,
             "indexes": INDEXES,
             "anchors": [
-                {"table": "customers", "label": "customer", "natural_keys": ["email"],
+                {"table": "customers", "label": "customer", "natural_keys": ["email"], "internal_key": True,
                  "answer_fields": ["name", "tier"]},
                 {"table": "bookings", "label": "booking", "answer_fields": ["status", "cabin", "booked_on", "total"]},
-                {"table": "flights", "label": "flight", "answer_fields": ["status", "departs", "seats_left", "fare"]},
-                {"table": "booking_legs", "label": "leg", "answer_fields": ["flight_no", "flight_date", "status"]}],
+                {"table": "flights", "label": "flight", "named_as": "flight {flight_no} on {flight_date}",
+                 "answer_fields": ["status", "departs", "seats_left", "fare"]},
+                {"table": "booking_legs", "label": "leg", "named_as": "leg {position} of booking {booking_id}",
+                 "answer_fields": ["flight_no", "flight_date", "status"]}],
             "rows": rows},
         "tools": TOOLS,
         "tasks": build_tasks(),
+        # The policies' procedures, as data: verify the customer by email first; look before writing, and explain
+        # instead of calling a write whose rule does not hold (confirmations are declared on the tools).
+        "procedures": {"identify": "find_customer_by_email", "check_before_write": True},
     }
 
 

@@ -55,9 +55,10 @@ SYSTEMS = ["github", "aws-prod", "aws-staging", "salesforce", "jira", "vpn", "ne
 PRIORITIES = ["low", "medium", "high", "urgent"]
 
 
-def col(name, type_, pk=False, not_null=False, unique=False, references=None):
-    return {"name": name, "type": type_, "primary_key": pk, "not_null": not_null, "unique": unique,
-            "references": references}
+def col(name, type_, pk=False, not_null=False, unique=False, references=None, label=None):
+    column = {"name": name, "type": type_, "primary_key": pk, "not_null": not_null, "unique": unique,
+              "references": references}
+    return {**column, "label": label} if label else column
 
 
 TABLES = [
@@ -72,12 +73,12 @@ TABLES = [
         col("kind", "TEXT", not_null=True), col("model", "TEXT", not_null=True),
         col("serial", "TEXT", not_null=True, unique=True), col("assigned_to", "INTEGER", references="employees.id"),
         col("status", "TEXT", not_null=True), col("purchased_on", "TEXT", not_null=True),
-        col("warranty_until", "TEXT", not_null=True)]},
+        col("warranty_until", "TEXT", not_null=True, label="warranty end date")]},
     {"name": "tickets", "columns": [
         col("id", "INTEGER", pk=True), col("employee_id", "INTEGER", not_null=True, references="employees.id"),
         col("device_id", "INTEGER", references="devices.id"), col("category", "TEXT", not_null=True),
         col("subject", "TEXT", not_null=True), col("priority", "TEXT", not_null=True),
-        col("status", "TEXT", not_null=True), col("opened_on", "TEXT", not_null=True),
+        col("status", "TEXT", not_null=True), col("opened_on", "TEXT", not_null=True, label="date it was opened"),
         col("resolved_on", "TEXT"), col("closed_on", "TEXT")]},
     {"name": "access_grants", "columns": [
         col("id", "INTEGER", pk=True), col("employee_id", "INTEGER", not_null=True, references="employees.id"),
@@ -172,7 +173,8 @@ def tool(name, description, effect, properties, statements, shape, *, preconditi
     spec = {"name": name, "description": description, "effect": effect, "statements": list(statements),
             "parameters": {"type": "object", "properties": properties, "additionalProperties": False,
                            "required": list(properties)},
-            "preconditions": [{"sql": sql, "error": error} for sql, error in preconditions],
+            "preconditions": [{"sql": sql, "error": error, **({"explanation": why[0]} if why else {})}
+                              for sql, error, *why in preconditions],
             "result": result, "anchors": anchors or {}}
     if result_noun:
         spec["result_noun"] = result_noun
@@ -235,11 +237,14 @@ TOOLS = [
          "row",
          preconditions=[exists("employees", "employee_id", "employee"),
                         ("SELECT account_status <> 'disabled' FROM employees WHERE id = :employee_id",
-                         "This account is disabled (former employee); passwords of disabled accounts are never reset."),
+                         "This account is disabled (former employee); passwords of disabled accounts are never reset.",
+                         "it is disabled, and passwords of disabled accounts are never reset"),
                         ("SELECT account_status <> 'locked' FROM employees WHERE id = :employee_id",
-                         "This account is locked by Security; it must be unlocked by the Security team first."),
+                         "This account is locked by Security; it must be unlocked by the Security team first.",
+                         f"it is locked, and only the Security team (security@{MAIL}) can unlock it"),
                         ("SELECT mfa_enrolled = 1 FROM employees WHERE id = :employee_id",
-                         "The employee has not enrolled in MFA; a password reset requires MFA enrollment.")],
+                         "The employee has not enrolled in MFA; a password reset requires MFA enrollment.",
+                         "MFA is not enrolled on it yet, and a password reset needs MFA")],
          anchors={"employee_id": "employees.id"}, action="reset the password of"),
     tool("update_ticket_priority", "Change the priority of an open or in-progress ticket.", "write",
          {"ticket_id": TICKET_ID, "priority": prop("string", "The new priority.", enum=PRIORITIES)},
@@ -248,17 +253,19 @@ TOOLS = [
          "row",
          preconditions=[exists("tickets", "ticket_id", "ticket"),
                         ("SELECT status IN ('open', 'in_progress') FROM tickets WHERE id = :ticket_id",
-                         "Only open or in-progress tickets can be re-prioritised."),
+                         "Only open or in-progress tickets can be re-prioritised.",
+                         "it is no longer open or in progress, and only those tickets can be re-prioritised"),
                         ("SELECT priority <> :priority FROM tickets WHERE id = :ticket_id",
-                         "The ticket already has that priority.")],
-         anchors={"ticket_id": "tickets.id"}, action="change the priority of"),
+                         "The ticket already has that priority.", "it already has that priority")],
+         anchors={"ticket_id": "tickets.id"}, action="set the priority of {row} to {priority}"),
     tool("close_ticket", "Close a resolved ticket at the requester's request.", "write", {"ticket_id": TICKET_ID},
          [f"UPDATE tickets SET status = 'closed', closed_on = '{TODAY.isoformat()}' WHERE id = :ticket_id",
           f"SELECT {TICKET_COLUMNS} FROM tickets WHERE id = :ticket_id"],
          "row",
          preconditions=[exists("tickets", "ticket_id", "ticket"),
                         ("SELECT status = 'resolved' FROM tickets WHERE id = :ticket_id",
-                         "Only resolved tickets can be closed; this ticket is not resolved.")],
+                         "Only resolved tickets can be closed; this ticket is not resolved.",
+                         "it is not resolved yet, and only resolved tickets can be closed")],
          anchors={"ticket_id": "tickets.id"}, action="close"),
     tool("send_device_for_repair", "Send an in-use device under warranty to the vendor for repair.", "write",
          {"device_id": DEVICE_ID},
@@ -267,10 +274,12 @@ TOOLS = [
          "row",
          preconditions=[exists("devices", "device_id", "device"),
                         ("SELECT status = 'in_use' FROM devices WHERE id = :device_id",
-                         "Only devices that are in use can be sent for repair."),
+                         "Only devices that are in use can be sent for repair.",
+                         "it is not in use, and only devices in use can be sent for repair"),
                         (f"SELECT warranty_until >= '{TODAY.isoformat()}' FROM devices WHERE id = :device_id",
-                         "This device is out of warranty; repairs need approval from IT procurement.")],
-         anchors={"device_id": "devices.id"}, action="send for repair"),
+                         "This device is out of warranty; repairs need approval from IT procurement.",
+                         "it is out of warranty, so a repair needs approval from IT procurement")],
+         anchors={"device_id": "devices.id"}, action="send {row} for repair"),
 ]
 
 POLICIES = [
@@ -333,6 +342,7 @@ def build_tasks(rows):
         "vcode": {"checks": [
             verified(email),
             {"kind": "answer", "mode": "contains", "value": "locked", "field": "employees.account_status"},
+            {"kind": "tool_not_called", "tool": "reset_password"},
             {"kind": "sql", "query": "SELECT password_changed_on, must_change_password FROM employees WHERE id = :id",
              "params": {"id": eid}, "expect": [[person[8], 0]]},
             unchanged]}})
@@ -413,15 +423,18 @@ def main() -> None:
         "state": {
             "tables": TABLES,
             "anchors": [
-                {"table": "employees", "label": "employee", "natural_keys": ["email"],
+                {"table": "employees", "label": "employee", "natural_keys": ["email"], "internal_key": True,
                  "answer_fields": ["name", "department", "title", "account_status"]},
-                {"table": "devices", "label": "device", "natural_keys": ["asset_tag"],
+                {"table": "devices", "label": "device", "natural_keys": ["asset_tag"], "internal_key": True,
                  "answer_fields": ["model", "status", "warranty_until"]},
                 {"table": "tickets", "label": "ticket", "natural_keys": [],
                  "answer_fields": ["subject", "priority", "status", "opened_on"]}],
             "rows": rows},
         "tools": TOOLS,
         "tasks": build_tasks(rows),
+        # The policies' procedures, as data: verify the requester by work email first; look before writing, and
+        # explain instead of calling a write whose rule does not hold.
+        "procedures": {"identify": "find_employee_by_email", "check_before_write": True},
     }
     OUT.write_text(json.dumps(world, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
     counts = ", ".join(f"{name} {len(table)}" for name, table in rows.items())

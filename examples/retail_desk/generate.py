@@ -50,25 +50,27 @@ CATEGORIES = {  # category: (sku code, product nouns, price range)
 REFUND_REASONS = ["damaged", "wrong_item", "not_as_described", "late_delivery", "changed_mind"]
 
 
-def col(name, type_, pk=False, not_null=False, unique=False, references=None, decimals=None):
+def col(name, type_, pk=False, not_null=False, unique=False, references=None, decimals=None, label=None):
     column = {"name": name, "type": type_, "primary_key": pk, "not_null": not_null, "unique": unique,
               "references": references}
-    return {**column, "decimals": decimals} if decimals is not None else column
+    if decimals is not None:  # every amount of this world is US dollars, quoted with two decimals
+        column.update(decimals=decimals, currency="$")
+    return {**column, "label": label} if label else column
 
 
 TABLES = [
     {"name": "customers", "columns": [
         col("id", "INTEGER", pk=True), col("name", "TEXT", not_null=True),
         col("email", "TEXT", not_null=True, unique=True), col("city", "TEXT", not_null=True),
-        col("tier", "TEXT", not_null=True), col("joined_on", "TEXT", not_null=True)]},
+        col("tier", "TEXT", not_null=True), col("joined_on", "TEXT", not_null=True, label="join date")]},
     {"name": "products", "columns": [
         col("id", "INTEGER", pk=True), col("sku", "TEXT", not_null=True, unique=True),
         col("name", "TEXT", not_null=True), col("category", "TEXT", not_null=True),
         col("price", "REAL", not_null=True, decimals=2), col("stock", "INTEGER", not_null=True)]},
     {"name": "orders", "columns": [
         col("id", "INTEGER", pk=True), col("customer_id", "INTEGER", not_null=True, references="customers.id"),
-        col("status", "TEXT", not_null=True), col("placed_on", "TEXT", not_null=True),
-        col("delivered_on", "TEXT"), col("shipping_method", "TEXT", not_null=True),
+        col("status", "TEXT", not_null=True), col("placed_on", "TEXT", not_null=True, label="order date"),
+        col("delivered_on", "TEXT", label="delivery date"), col("shipping_method", "TEXT", not_null=True),
         col("total", "REAL", not_null=True, decimals=2)]},
     {"name": "order_items", "columns": [
         col("id", "INTEGER", pk=True), col("order_id", "INTEGER", not_null=True, references="orders.id"),
@@ -150,19 +152,22 @@ def prop(type_, description, **extra):
 
 
 def tool(name, description, effect, properties, statements, shape, *, required=None, preconditions=(),
-         anchors=None, not_found=None, result_noun=None, action=None):
+         anchors=None, not_found=None, result_noun=None, action=None, counts_exclude=None):
     result = {"shape": shape}
     if not_found:
         result["not_found"] = not_found
     spec = {"name": name, "description": description, "effect": effect, "statements": list(statements),
             "parameters": {"type": "object", "properties": properties, "additionalProperties": False,
                            "required": list(properties) if required is None else required},
-            "preconditions": [{"sql": sql, "error": error} for sql, error in preconditions],
+            "preconditions": [{"sql": sql, "error": error, **({"explanation": why[0]} if why else {})}
+                              for sql, error, *why in preconditions],
             "result": result, "anchors": anchors or {}}
     if result_noun:
         spec["result_noun"] = result_noun
     if action:
         spec["action"] = action
+    if counts_exclude:
+        spec["counts_exclude"] = counts_exclude
     return spec
 
 
@@ -183,7 +188,8 @@ TOOLS = [
     tool("list_orders", "List a customer's orders, most recent first.", "read", {"customer_id": CUSTOMER_ID},
          ["SELECT id, status, placed_on, delivered_on, shipping_method, total FROM orders "
           "WHERE customer_id = :customer_id ORDER BY placed_on DESC, id DESC"],
-         "rows", anchors={"customer_id": "customers.id"}, result_noun="orders"),
+         "rows", anchors={"customer_id": "customers.id"}, result_noun="orders",
+         counts_exclude={"column": "status", "values": ["cancelled"], "wording": "not counting cancelled orders"}),
     tool("get_order", "Get one order with its refunded amount and item count.", "read", {"order_id": ORDER_ID},
          ["SELECT o.id, o.customer_id, o.status, o.placed_on, o.delivered_on, o.shipping_method, o.total, "
           "(SELECT count(*) FROM order_items i WHERE i.order_id = o.id) AS item_count, "
@@ -207,7 +213,9 @@ TOOLS = [
          ["UPDATE orders SET status = 'cancelled' WHERE id = :order_id", ORDER_ROW], "row",
          preconditions=[ORDER_EXISTS,
                         ("SELECT status = 'pending' FROM orders WHERE id = :order_id",
-                         "Only pending orders can be cancelled; this order is no longer pending.")],
+                         "Only pending orders can be cancelled; this order is no longer pending.",
+                         "it has already left our warehouse, and only orders that are still pending can be "
+                         "cancelled")],
          anchors={"order_id": "orders.id"}, action="cancel"),
     tool("issue_refund", "Refund the full total of a delivered order (once, within 30 days of delivery).", "write",
          {"order_id": ORDER_ID, "reason": prop("string", "Why the customer wants a refund.", enum=REFUND_REASONS)},
@@ -218,21 +226,25 @@ TOOLS = [
          "row", required=["order_id"],
          preconditions=[ORDER_EXISTS,
                         ("SELECT status = 'delivered' FROM orders WHERE id = :order_id",
-                         "Refunds are only possible for delivered orders."),
+                         "Refunds are only possible for delivered orders.",
+                         "it has not been delivered, and refunds are only for delivered orders"),
                         (f"SELECT delivered_on >= '{REFUND_WINDOW_START}' FROM orders WHERE id = :order_id",
-                         "This order was delivered more than 30 days ago and is outside the refund window."),
+                         "This order was delivered more than 30 days ago and is outside the refund window.",
+                         "it was delivered more than 30 days ago, outside our 30-day refund window"),
                         ("SELECT NOT EXISTS (SELECT 1 FROM refunds WHERE order_id = :order_id)",
-                         "This order has already been refunded.")],
+                         "This order has already been refunded.", "it has already been refunded once")],
          anchors={"order_id": "orders.id"}, action="refund"),
     tool("expedite_order", "Upgrade a pending standard-shipping order to express shipping at no charge.", "write",
          {"order_id": ORDER_ID},
          ["UPDATE orders SET shipping_method = 'express' WHERE id = :order_id", ORDER_ROW], "row",
          preconditions=[ORDER_EXISTS,
                         ("SELECT status = 'pending' FROM orders WHERE id = :order_id",
-                         "Only pending orders can be upgraded; this order has already left the warehouse."),
+                         "Only pending orders can be upgraded; this order has already left the warehouse.",
+                         "it has already left our warehouse, so its shipping can no longer be changed"),
                         ("SELECT shipping_method = 'standard' FROM orders WHERE id = :order_id",
-                         "This order already ships express or overnight.")],
-         anchors={"order_id": "orders.id"}, action="upgrade to express shipping"),
+                         "This order already ships express or overnight.",
+                         "it already ships express or overnight")],
+         anchors={"order_id": "orders.id"}, action="upgrade {row} to express shipping"),
 ]
 
 POLICIES = [
@@ -364,6 +376,7 @@ def build_tasks(rows):
             verified("{{email}}"),
             {"kind": "tool_called", "tool": "get_order", "arguments": {"order_id": "{{order_id}}"}},
             {"kind": "answer", "mode": "contains", "value": "shipped", "field": "orders.status"},
+            {"kind": "tool_not_called", "tool": "cancel_order"},
             check_sql("SELECT status FROM orders WHERE id = :order_id", {"order_id": "{{order_id}}"},
                       [["shipped"]]),
             {"kind": "unchanged_except"}]}})
@@ -403,15 +416,18 @@ def world_document(customers_count: int = CUSTOMERS, orders_count: int = ORDERS)
         "state": {
             "tables": TABLES,
             "anchors": [
-                {"table": "customers", "label": "customer", "natural_keys": ["email"],
+                {"table": "customers", "label": "customer", "natural_keys": ["email"], "internal_key": True,
                  "answer_fields": ["name", "tier", "city", "joined_on"]},
                 {"table": "orders", "label": "order", "natural_keys": [],
                  "answer_fields": ["status", "total", "placed_on", "shipping_method"]},
-                {"table": "products", "label": "product", "natural_keys": ["sku"],
+                {"table": "products", "label": "product", "natural_keys": ["sku"], "internal_key": True,
                  "answer_fields": ["name", "category", "price", "stock"]}],
             "rows": rows},
         "tools": TOOLS,
         "tasks": build_tasks(rows),
+        # The policies' procedures, as data: verify the customer by email first; look before writing, and refuse
+        # (in the customer's words) instead of calling a write whose rule does not hold.
+        "procedures": {"identify": "find_customer_by_email", "check_before_write": True},
     }
 
 

@@ -1,0 +1,287 @@
+"""The minting templates: each builds one case of a spec on one anchor row, by executing its chain.
+
+Every template starts from the row's :class:`~blobkit.builder.addressing.Address` (the identification and
+find-by-natural-key steps a customer's request needs) and adds its own calls; the verifier requires the
+address's steps where the world's procedures do. Answers quote values as the world does (labels, money), and
+refusals explain in the world's words (a precondition's ``explanation``), never by pasting the tool's error.
+Under the ``check_before_write`` procedure a refusal reads the row and does not call the write at all.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from typing import Any
+
+from blobkit.wording import counted, sentence
+from world_format.models import Precondition, Step, Tool, UserTurn
+from world_format.state import quote_identifier
+
+from .addressing import Address
+from .arguments import fill
+from .mint import (
+    CONFIRMATION,
+    Builder,
+    Instance,
+    Minter,
+    answer_check,
+    check,
+    declared_column,
+    key_arguments,
+    make_task,
+    quoted,
+    state_checks,
+    words,
+)
+from .mint_specs import TaskSpec, key_table
+
+
+def _looked_up(m: Minter, spec: TaskSpec, key: Any, address: Address, role: str,
+               needs: set[str] | None = None) -> tuple[list[Step], int, list[Any]] | None:
+    """The address's steps plus the call of ``role`` that reads the row, with the index of the step whose
+    observation is the row, and the observations; None when a step breaks. The call is left out when an address
+    step already returned the row (the identification of the customer, or a find by natural key) holding every
+    column in ``needs`` (default: every column the call returns)."""
+    table = key_table(m.world, spec.anchor)
+    lookup = Step(tool=spec.tool(role), arguments=address.key_arguments(spec.params(role), table, key))
+    steps = [*address.steps, lookup]
+    ran = m.run(steps)
+    if ran is None or not isinstance(ran[0][-1], dict):
+        return None
+    observations, source = ran[0], address.key_source
+    if source is not None and isinstance(observations[source], dict) \
+            and (set(observations[-1]) if needs is None else needs) <= set(observations[source]):
+        return steps[:-1], source, observations[:-1]
+    return steps, len(steps) - 1, observations
+
+
+def _read_by(tool: Tool, table: Any) -> set[str]:
+    """The columns of ``table`` that ``tool``'s preconditions read (named in their SQL): what an agent checking
+    before the write must have seen."""
+    text = " ".join(p.sql for p in tool.preconditions)
+    return {c.name for c in table.columns if re.search(rf"\b{re.escape(c.name)}\b", text)}
+
+
+def _access_checks(m: Minter, spec: TaskSpec, key: Any, address: Address, steps: list[Step],
+                   role: str) -> list[dict[str, Any]]:
+    """The address's checks (identification first) and, when the chain makes it, the call of ``role`` on the row."""
+    made = any(step.tool == spec.tool(role) for step in steps[len(address.steps):])
+    checks = address.ordered(spec.tool(role) if made else None)
+    if made:
+        arguments = key_arguments(spec, role, key_table(m.world, spec.anchor), key)
+        checks.append(check("tool_called", tool=spec.tool(role), arguments=arguments))
+    return checks
+
+
+def _lookup_field(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | None:
+    address, column = m.address(spec, key), spec.field or ""
+    found = _looked_up(m, spec, key, address, "lookup", {column}) if address is not None else None
+    if address is None or found is None:
+        return None
+    steps, row_step, observations = found
+    value = observations[row_step].get(column)
+    if value is None:
+        return None
+    declared = declared_column(m.world, spec.anchor, column)
+    field = words(m.world, spec.anchor, column)
+    answer = sentence(f"The {field} of {address.told} is {quoted(value, declared)}")
+    checks = _access_checks(m, spec, key, address, steps, "lookup")
+    checks += [answer_check(value, field=f"{spec.anchor}.{column}", column=declared), check("unchanged_except")]
+    instruction = m.wording(spec, variant, address, field=field)
+    return m.instance(spec, key, make_task(spec, key, instruction, steps, answer, checks))
+
+
+def _natural_value(m: Minter, spec: TaskSpec, key: Any, column: str) -> Any:
+    table = key_table(m.world, spec.anchor)
+    with m.runtime.guard.host() as conn:
+        row = conn.execute(f"SELECT {quote_identifier(column)} FROM {quote_identifier(spec.anchor)} "
+                           f"WHERE {quote_identifier(table.primary_key)} = ?", (key,)).fetchone()
+    return None if row is None else row[0]
+
+
+def _find_then_read(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | None:
+    """Find the row by its natural key, then list what belongs to it (discovery pairs natural keys only with
+    single-column keys, and never with the identification tool: that is aggregate_count on the customer)."""
+    natural, table = spec.field or "", key_table(m.world, spec.anchor)
+    address, natural_value = m.address(spec, key), _natural_value(m, spec, key, natural)
+    if address is None or address.is_customer or natural_value is None:
+        return None
+    finder, lister = spec.tool("find"), spec.tool("list")
+    steps = list(address.steps)
+    if not steps or steps[-1].tool != finder:
+        steps.append(Step(tool=finder, arguments={spec.param("find"): natural_value}))
+    found_at = len(steps) - 1
+    through = Address((), found_at, "", "")
+    steps.append(Step(tool=lister, arguments=through.key_arguments(spec.params("list"), table, key)))
+    ran = m.run(steps)
+    if ran is None or not isinstance(ran[0][-1], list) or not ran[0][-1] \
+            or ran[0][found_at].get(table.primary_key) != key:
+        return None
+    count = len(ran[0][-1])
+    anchor, lister_tool = m.world.state.anchor(spec.anchor), m.world.tool(lister)
+    assert anchor is not None and lister_tool is not None
+    noun = lister_tool.result_noun or "records"
+    named = f"{anchor.label} with {words(m.world, spec.anchor, natural)} {natural_value}"
+    mine, yours = ("my ", "your ") if address.checks else ("the ", "the ")
+    said = Address((), None, mine + named, yours + named, address.intro)
+    answer = f"{said.told[0].upper()}{said.told[1:]} has {counted(count, noun)}."
+    checks = address.ordered(finder) + [
+        check("tool_called", tool=finder, arguments={spec.param("find"): natural_value}),
+        check("tool_called", tool=lister, arguments=key_arguments(spec, "list", table, key)),
+        answer_check(count), check("unchanged_except")]
+    instruction = m.wording(spec, variant, said, noun=noun)
+    return m.instance(spec, key, make_task(spec, key, instruction, steps, answer, checks))
+
+
+COMPLETED = "I have completed your request"
+"""How a minted write says it is done; a refusal that also says it is hedging."""
+
+
+def acting(action: str, named: str, stated: tuple[tuple[str, Any], ...] = ()) -> str:
+    """The action phrase applied to a row: its ``{row}`` slot filled ("upgrade {row} to express shipping"), else
+    the row after it ("cancel your order 50123"); a ``{parameter}`` slot takes the value the customer states
+    ("set the priority of {row} to {priority}")."""
+    text = action.replace("{row}", named) if "{row}" in action else f"{action} {named}"
+    for name, value in stated:
+        text = text.replace("{" + name + "}", str(value))
+    return text
+
+
+def _failed_precondition(tool: Tool, error: str) -> Precondition | None:
+    return next((p for p in tool.preconditions if p.error == error), None)
+
+
+def _write(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | None:
+    address = m.address(spec, key)
+    tool, table = m.world.tool(spec.tool("write")), key_table(m.world, spec.anchor)
+    assert tool is not None
+    needs = _read_by(tool, table) | {detail for _, (kind, detail) in spec.extras if kind == "row"}
+    found = _looked_up(m, spec, key, address, "lookup", needs) if address is not None else None
+    if address is None or found is None:
+        return None
+    steps, row_step, observations = found
+    identified = 0 if address.checks else None
+    filled = fill(spec.extras, observations[row_step], row_step, observations[0] if identified == 0 else None,
+                  identified)
+    if filled is None:
+        return None
+    chain_extras, literal_extras, stated = filled
+    row = Address((), row_step, "", "")
+    write_args = {**row.key_arguments(spec.params("write"), table, key), **chain_extras}
+    refused = spec.template == "write_refused"
+    write = Step(tool=tool.name, arguments=write_args, expect_error=refused)
+    ran = m.run([*steps, write])
+    if ran is None:
+        return None
+    action = tool.action or tool.name.replace("_", " ")
+    details = "".join(f" ({words(m.world, None, name)}: {value})" for name, value in stated
+                      if "{" + name + "}" not in action)
+    instruction = m.wording(spec, variant, address, action=acting(action, address.asked, stated), details=details)
+    base = _access_checks(m, spec, key, address, steps, "lookup")
+    written = {**key_arguments(spec, "write", table, key), **literal_extras}
+    if refused:
+        return _refusal(m, spec, key, address, steps + [write], ran, tool, instruction, base, stated)
+    observations, _errors, changes = ran
+    if not changes:
+        return None
+    answer = f"Done: {COMPLETED} to {acting(action, address.told, stated)}."
+    turns: tuple[UserTurn, ...] = ()
+    if spec.template == "write_confirmed":
+        turns = (UserTurn(after_step=len(steps), user=CONFIRMATION,
+                          assistant=f"I found {address.told}. Shall I {acting(action, 'it', stated)} now?"),)
+    verified, unchanged = state_checks(m.world, changes)
+    checks = base + [check("tool_called", tool=tool.name, arguments=written)] + verified + [unchanged]
+    if turns:
+        checks.append(check("after_turn", tool=tool.name, turn=0))
+    return m.instance(spec, key, make_task(spec, key, instruction, [*steps, write], answer, checks, turns))
+
+
+def _refusal(m: Minter, spec: TaskSpec, key: Any, address: Address, steps: list[Step], ran: Any, tool: Tool,
+             instruction: str, base: list[dict[str, Any]], stated: tuple[tuple[str, Any], ...]) -> Instance | None:
+    """The write refused by a precondition, explained in the world's words. Under ``check_before_write`` the
+    chain stops at the look-up and the verifier requires that the write was never called."""
+    observations, _errors, changes = ran
+    reason = observations[-1].get("error", "")
+    failed = _failed_precondition(tool, reason)
+    if reason in m.missing_row_errors(spec, "write") or changes or failed is None or failed.explanation is None:
+        return None
+    action = tool.action or tool.name.replace("_", " ")
+    answer = sentence(f"I'm sorry, I can't {acting(action, address.told, stated)}: {failed.explanation}")
+    others = tuple(sorted({p.explanation for t in m.world.tools for p in t.preconditions if p.explanation}
+                          - {failed.explanation} | {COMPLETED}))
+    checks = base + [answer_check(failed.explanation, others=others), check("unchanged_except")]
+    if m.world.procedures.check_before_write:
+        steps = steps[:-1]
+        checks.append(check("tool_not_called", tool=tool.name,
+                            arguments=key_arguments(spec, "write", key_table(m.world, spec.anchor), key)))
+    return m.instance(spec, key, make_task(spec, key, instruction, steps, answer, checks))
+
+
+def _counted_rows(tool: Tool, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The listed rows a customer would count (the tool's ``counts_exclude`` left out)."""
+    rule = tool.counts_exclude
+    if rule is None:
+        return rows
+    return [row for row in rows if row.get(rule.column) not in rule.values]
+
+
+def _aggregate(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | None:
+    address = m.address(spec, key)
+    if address is None:
+        return None
+    lister, table = spec.tool("list"), key_table(m.world, spec.anchor)
+    steps = [*address.steps, Step(tool=lister, arguments=address.key_arguments(spec.params("list"), table, key))]
+    ran = m.run(steps)
+    tool = m.world.tool(lister)
+    assert tool is not None
+    if ran is None or not isinstance(ran[0][-1], list):
+        return None
+    rows = _counted_rows(tool, ran[0][-1])
+    if not rows:
+        return None
+    noun = tool.result_noun or "records"
+    leaves_out = f", {tool.counts_exclude.wording}" if tool.counts_exclude else ""
+    told = address.told[0].upper() + address.told[1:]
+    if spec.template == "aggregate_count":
+        value: Any = len(rows)
+        declared = None
+        answer = f"{told} has {counted(value, noun)}{leaves_out}."
+        instruction = m.wording(spec, variant, address, noun=noun)
+    else:
+        column = _numeric_column(m.world, rows)
+        if column is None:
+            return None
+        declared = declared_column(m.world, None, column)
+        value = sum((Decimal(str(row[column])) for row in rows), Decimal(0))
+        field = words(m.world, None, column)
+        answer = f"Across the {noun} of {address.told}{leaves_out}, the {field} adds up to {quoted(value, declared)}."
+        instruction = m.wording(spec, variant, address, noun=noun, field=field)
+    checks = address.ordered(lister) + [check("tool_called", tool=lister,
+                                              arguments=key_arguments(spec, "list", table, key)),
+                                        answer_check(value, column=declared if spec.template == "aggregate_total"
+                                                     else None), check("unchanged_except")]
+    return m.instance(spec, key, make_task(spec, key, instruction, steps, answer, checks))
+
+
+def _numeric_column(world: Any, rows: list[dict[str, Any]]) -> str | None:
+    """The first numeric column of the listed rows that is a quantity, not a key: never a column some table
+    declares as (part of) a primary key or as a reference, nor one named id or ending in _id."""
+    keys = {c.name for t in world.state.tables for c in t.columns if c.primary_key or c.references}
+    for column, value in rows[0].items():
+        numeric = isinstance(value, int | float) and not isinstance(value, bool)
+        is_key = column in keys or column == "id" or column.endswith("_id")
+        if numeric and not is_key and all(isinstance(row.get(column), int | float) for row in rows):
+            return column
+    return None
+
+
+BUILDERS: dict[str, Builder] = {
+    "lookup_field": _lookup_field,
+    "find_then_read": _find_then_read,
+    "write_ok": _write,
+    "write_refused": _write,
+    "write_confirmed": _write,
+    "aggregate_count": _aggregate,
+    "aggregate_total": _aggregate,
+}
+"""Each template's builder."""
