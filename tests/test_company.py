@@ -27,7 +27,7 @@ from blobkit.company.schema import SCHEMA_VERSION
 from blobkit.errors import JobError, JobNotFoundError
 
 # Tiny settings: a 32-wide, 2-layer model, 2 training cases and 1 held-out case per task, short episodes. The small
-# world's held-out cases concern 3 independent entities, below company inspect's minimum: the tests of the job's
+# world's held-out cases concern 2 independent entities, below company inspect's minimum: the tests of the job's
 # mechanics waive it (allow_small_held_out), and their results are marked too small to mean anything.
 EPISODES: dict[str, Any] = {"eval_limit": 2, "max_turns": 2, "max_new_tokens": 16}
 TINY: dict[str, dict[str, Any]] = {"build": {"train_cases_per_task": 2, "eval_cases_per_task": 1},
@@ -174,7 +174,7 @@ def test_a_queued_job_records_its_identity_and_every_check_as_not_run(store: Job
     assert job["status"] == "queued"
     assert job["identity"]["source"]["sha256"] and job["identity"]["base_model"]["id"] == "tiny"
     budgets = job["identity"]["config"]["budgets"]
-    assert budgets["max_minutes"] == 30 and budgets["max_model_calls"] == 804
+    assert budgets["max_minutes"] == 30 and budgets["max_model_calls"] == 1188
     assert job["identity"]["config"]["allow_small_held_out"] is True
     assert [c["name"] for c in job["checks"]] == list(CHECKS)
     assert {c["status"] for c in job["checks"]} == {"not_run"}
@@ -231,10 +231,10 @@ def test_company_defaults_follow_the_issues() -> None:
 
     config = CompanyConfig.for_base("Qwen/Qwen2.5-0.5B-Instruct")
     assert (config.sft.epochs, config.rl.steps, config.rl.group_size, config.budgets.max_minutes,
-            config.budgets.max_model_calls, config.sft.full) == (TrainConfig.preset("lora").epochs, 4, 2, 30, 804,
+            config.budgets.max_model_calls, config.sft.full) == (TrainConfig.preset("lora").epochs, 4, 2, 30, 1188,
                                                                  False)
     assert (config.rl.batch_size // config.rl.group_size, config.sft.eval_limit, config.sft.max_turns) == (1, None, 4)
-    assert (config.rl.eval_limit, config.rl.max_turns, config.build.eval_cases_per_task) == (None, 4, 4)
+    assert (config.rl.eval_limit, config.rl.max_turns, config.build.eval_cases_per_task) == (None, 4, 6)
     assert CompanyConfig.for_base("tiny").sft.full is True and config.allow_small_held_out is False
 
 
@@ -247,7 +247,7 @@ def test_the_default_model_call_budget_pays_for_the_largest_held_out_set_a_compa
     largest = BuildConfig.model_fields["max_tasks"].metadata[-1].le * config.build.eval_cases_per_task
     worst = (evaluations_worst_case(config.sft, largest) + evaluations_worst_case(config.rl, largest)
              + config.rl.steps * rl_step_worst_case(config.rl) + replay_worst_case(config))
-    assert (largest, worst) == (48, config.budgets.max_model_calls)
+    assert (largest, worst) == (72, config.budgets.max_model_calls)
 
 
 def test_the_composed_config_copies_no_field(tmp_path: Path) -> None:
@@ -292,10 +292,11 @@ def test_an_rl_batch_that_splits_a_group_is_refused() -> None:
 # --------------------------------------------------------------------------- inspect
 
 
-def test_an_example_world_is_reported_trainable() -> None:
+@pytest.mark.parametrize("example", EXAMPLES, ids=[path.name for path in EXAMPLES])
+def test_every_example_world_is_reported_trainable_with_enough_held_out_entities(example: Path) -> None:
     from blobkit.company.held_out import MIN_HELD_OUT_ENTITIES
 
-    report = inspect_source(EXAMPLES[0] / "world.json")
+    report = inspect_source(example / "world.json")
     assert report["valid"] and report["trainable"] and report["verdict"].startswith("trainable")
     assert report["tools"] and report["policies"] > 0 and report["state"]["tables"]
     families = report["admission"]["independent_families"]
@@ -324,16 +325,14 @@ def test_a_world_too_small_to_hold_out_enough_entities_is_refused_with_the_rows_
 
 
 def test_a_world_whose_tasks_hold_out_too_few_entities_is_told_to_hold_out_more_cases_per_task() -> None:
-    report = inspect_source(ROOT / "examples" / "it_helpdesk" / "world.json")
+    fewer = CompanyConfig.for_base("Qwen/Qwen2.5-0.5B-Instruct", build={"eval_cases_per_task": 4})
+    report = inspect_source(ROOT / "examples" / "it_helpdesk" / "world.json", fewer)
     entities = report["admission"]["independent_entities"]
-    assert not report["trainable"] and (entities["eval"], entities["eval_needed"]) == (11, 9)
+    assert not report["trainable"] and (entities["eval"], entities["eval_needed"]) == (15, 5)
     assert entities["eval_available"] == 34 and entities["rows_needed"] == 0
     assert report["reasons"][-1].endswith("the split's held-out side holds 34 entities of the anchor tables, but the "
-                                          "tasks hold out cases of only 11 of them (tasks on one table take the same "
+                                          "tasks hold out cases of only 15 of them (tasks on one table take the same "
                                           "rows first): hold out more cases per task (--eval-cases, now 4)")
-    more = inspect_source(ROOT / "examples" / "it_helpdesk" / "world.json",
-                          CompanyConfig.for_base("Qwen/Qwen2.5-0.5B-Instruct", build={"eval_cases_per_task": 12}))
-    assert more["trainable"] and more["admission"]["independent_entities"]["eval"] == 25
 
 
 def test_mcp_tool_schemas_alone_are_reported_insufficient(mcp_source: Path) -> None:
@@ -417,7 +416,7 @@ def test_company_train_refuses_a_source_inspect_calls_not_trainable_before_creat
 
     store_dir = tmp_path / "jobs"
     flags = [flag for flag in TINY_FLAGS if flag != "--allow-small-held-out"]
-    for refused, given, names in ((source, flags, "held-out too small (3 independent entities, minimum 20; 17 more "
+    for refused, given, names in ((source, flags, "held-out too small (2 independent entities, minimum 20; 18 more "
                                                   "needed)"),
                                   (one_state_source, TINY_FLAGS, "not trainable: one independent state")):
         result = CliRunner().invoke(app, ["company", "train", "--source", str(refused), "--base-model", "tiny",
@@ -453,7 +452,7 @@ def test_company_train_flags_set_the_parts_of_the_composed_config(tmp_path: Path
     assert config["sft"]["full"] is False and config["rl"]["full"] is False
     assert (config["rl"]["group_size"], config["rl"]["batch_size"], config["rl"]["steps"]) == (4, 4, 3)
     assert config["sft"]["grounding_repeats"] == 3 and config["sft"]["max_turns"] == config["rl"]["max_turns"] == 2
-    assert config["budgets"] == {"max_minutes": 5, "max_model_calls": 804} and config["tiny"]["hidden_size"] == 32
+    assert config["budgets"] == {"max_minutes": 5, "max_model_calls": 1188} and config["tiny"]["hidden_size"] == 32
     refused = runner.invoke(app, [*common, "--group-size", "4", "--rl-batch-size", "6"])
     assert refused.exit_code != 0 and "multiple of rl.group_size" in str(refused.exception)
 
@@ -463,7 +462,7 @@ def test_company_train_help_shows_the_defaults_each_base_uses() -> None:
     text = " ".join(result.output.replace("│", " ").split())
     for flag, shown in (("--lr", "0.0002; --base-model tiny: 0.002"), ("--sft-epochs", "1.0; --base-model tiny: 3.0"),
                         ("--train-cases", "48; --base-model tiny: 400"), ("--tiny-vocab-size", "600"),
-                        ("--max-model-calls", "804")):
+                        ("--max-model-calls", "1188")):
         assert flag in text and f"[default: ({shown})]" in text, flag
     assert "preset" in text and "5e-3" not in text and "2e-3" not in text
 
@@ -675,13 +674,13 @@ def test_a_job_that_waived_the_held_out_minimum_says_so_in_its_record_and_result
     store_root, job = finished_job
     assert job["identity"]["config"]["allow_small_held_out"] is True
     detail = next(c["detail"] for c in job["checks"] if c["name"] == "trainable")
-    assert check(job, "trainable") == "failed" and detail.startswith("not trainable: held-out too small (3 ")
+    assert check(job, "trainable") == "failed" and detail.startswith("not trainable: held-out too small (2 ")
     assert detail.endswith("held-out too small to mean anything: trained anyway (allow_small_held_out)")
-    assert any(m.startswith("held-out too small to mean anything: held-out too small: the held-out cases concern 3 ")
+    assert any(m.startswith("held-out too small to mean anything: held-out too small: the held-out cases concern 2 ")
                for m in stage_events(job, "qualify"))
     held_out = job["results"]["held_out"]
     # eval_limit 2: the first two held-out cases, both of one entity
-    assert (held_out["entities_in_kit"], held_out["entities_evaluated"], held_out["entities_minimum"]) == (3, 1, 20)
+    assert (held_out["entities_in_kit"], held_out["entities_evaluated"], held_out["entities_minimum"]) == (2, 1, 20)
     assert held_out["too_small"] == ("held-out too small to mean anything: the pass rates are over 1 independent "
                                      "entity, fewer than the 20 a pass rate needs; the job waived the minimum "
                                      "(allow_small_held_out)")
