@@ -26,20 +26,24 @@ from blobkit.company import CHECKS, STAGES, CompanyConfig, JobStore, create_job,
 from blobkit.company.schema import SCHEMA_VERSION
 from blobkit.errors import JobError, JobNotFoundError
 
-# Tiny settings: a 32-wide, 2-layer model, 2 training cases and 1 held-out case per task, short episodes.
+# Tiny settings: a 32-wide, 2-layer model, 2 training cases and 1 held-out case per task, short episodes. The small
+# world's held-out cases concern 2 independent entities, below company inspect's minimum: the tests of the job's
+# mechanics waive it (allow_small_held_out), and their results are marked too small to mean anything.
 EPISODES: dict[str, Any] = {"eval_limit": 2, "max_turns": 2, "max_new_tokens": 16}
 TINY: dict[str, dict[str, Any]] = {"build": {"train_cases_per_task": 2, "eval_cases_per_task": 1},
                                    "sft": {"epochs": 1, **EPISODES}, "rl": EPISODES,
                                    "tiny": {"hidden_size": 32, "num_layers": 2, "vocab_size": 600}}
 TINY_FLAGS = ["--train-cases", "2", "--eval-cases", "1", "--sft-epochs", "1", "--eval-limit", "2", "--max-turns", "2",
-              "--max-new-tokens", "16", "--tiny-hidden-size", "32", "--tiny-layers", "2", "--tiny-vocab-size", "600"]
+              "--max-new-tokens", "16", "--tiny-hidden-size", "32", "--tiny-layers", "2", "--tiny-vocab-size", "600",
+              "--allow-small-held-out"]
 WAIT_S = 240.0
 
 
-def tiny_config(**overrides: dict[str, Any]) -> CompanyConfig:
-    """The tiny settings plus overrides (field values by part: build, sft, rl, tiny, budgets)."""
+def tiny_config(allow_small_held_out: bool = True, **overrides: dict[str, Any]) -> CompanyConfig:
+    """The tiny settings plus overrides (field values by part: build, sft, rl, tiny, budgets), waiving the
+    held-out minimum unless told not to."""
     parts = {part: {**TINY.get(part, {}), **overrides.get(part, {})} for part in (*TINY, *overrides)}
-    return CompanyConfig.for_base("tiny", **parts)
+    return CompanyConfig.for_base("tiny", **parts, allow_small_held_out=allow_small_held_out)
 
 
 def has_grpo() -> bool:
@@ -170,7 +174,8 @@ def test_a_queued_job_records_its_identity_and_every_check_as_not_run(store: Job
     assert job["status"] == "queued"
     assert job["identity"]["source"]["sha256"] and job["identity"]["base_model"]["id"] == "tiny"
     budgets = job["identity"]["config"]["budgets"]
-    assert budgets["max_minutes"] == 30 and budgets["max_model_calls"] == 200
+    assert budgets["max_minutes"] == 30 and budgets["max_model_calls"] == 1188
+    assert job["identity"]["config"]["allow_small_held_out"] is True
     assert [c["name"] for c in job["checks"]] == list(CHECKS)
     assert {c["status"] for c in job["checks"]} == {"not_run"}
     assert job["usage"] == {"active_seconds": 0, "model_calls": 0, "model_calls_exact": True, "tokens": 0,
@@ -221,22 +226,34 @@ def test_cancelling_a_queued_job_is_immediate(store: JobStore, source: Path) -> 
 # --------------------------------------------------------------------------- the config
 
 
-def test_company_defaults_follow_the_issue() -> None:
+def test_company_defaults_follow_the_issues() -> None:
     from trainers.config import TrainConfig
 
     config = CompanyConfig.for_base("Qwen/Qwen2.5-0.5B-Instruct")
     assert (config.sft.epochs, config.rl.steps, config.rl.group_size, config.budgets.max_minutes,
-            config.budgets.max_model_calls, config.sft.full) == (TrainConfig.preset("lora").epochs, 4, 2, 30, 200,
+            config.budgets.max_model_calls, config.sft.full) == (TrainConfig.preset("lora").epochs, 4, 2, 30, 1188,
                                                                  False)
-    assert (config.rl.batch_size // config.rl.group_size, config.sft.eval_limit, config.sft.max_turns) == (1, 10, 4)
-    assert (config.rl.eval_limit, config.rl.max_turns, config.build.eval_cases_per_task) == (10, 4, 1)
-    assert CompanyConfig.for_base("tiny").sft.full is True
+    assert (config.rl.batch_size // config.rl.group_size, config.sft.eval_limit, config.sft.max_turns) == (1, None, 4)
+    assert (config.rl.eval_limit, config.rl.max_turns, config.build.eval_cases_per_task) == (None, 4, 6)
+    assert CompanyConfig.for_base("tiny").sft.full is True and config.allow_small_held_out is False
+
+
+@pytest.mark.parametrize("base", ["Qwen/Qwen2.5-0.5B-Instruct", "tiny"])
+def test_the_default_model_call_budget_pays_for_the_largest_held_out_set_a_company_kit_holds(base: str) -> None:
+    from blobkit.builder import BuildConfig
+    from blobkit.company.budget import evaluations_worst_case, replay_worst_case, rl_step_worst_case
+
+    config = CompanyConfig.for_base(base)
+    largest = BuildConfig.model_fields["max_tasks"].metadata[-1].le * config.build.eval_cases_per_task
+    worst = (evaluations_worst_case(config.sft, largest) + evaluations_worst_case(config.rl, largest)
+             + config.rl.steps * rl_step_worst_case(config.rl) + replay_worst_case(config))
+    assert (largest, worst) == (72, config.budgets.max_model_calls)
 
 
 def test_the_composed_config_copies_no_field(tmp_path: Path) -> None:
     from blobkit.company.stages import RUN_FIELDS, run_config
 
-    assert list(CompanyConfig.model_fields) == ["build", "sft", "rl", "tiny", "budgets"]
+    assert list(CompanyConfig.model_fields) == ["build", "sft", "rl", "tiny", "budgets", "allow_small_held_out"]
     config = tiny_config(sft={"learning_rate": 0.01})
     stage = run_config(config.sft, kit=tmp_path / "kit", base=str(tmp_path / "base"), method="sft",
                        target="local-torch", out=tmp_path / "sft")
@@ -275,13 +292,47 @@ def test_an_rl_batch_that_splits_a_group_is_refused() -> None:
 # --------------------------------------------------------------------------- inspect
 
 
-def test_an_example_world_is_reported_trainable() -> None:
-    report = inspect_source(EXAMPLES[0] / "world.json")
+@pytest.mark.parametrize("example", EXAMPLES, ids=[path.name for path in EXAMPLES])
+def test_every_example_world_is_reported_trainable_with_enough_held_out_entities(example: Path) -> None:
+    from blobkit.company.held_out import MIN_HELD_OUT_ENTITIES
+
+    report = inspect_source(example / "world.json")
     assert report["valid"] and report["trainable"] and report["verdict"].startswith("trainable")
     assert report["tools"] and report["policies"] > 0 and report["state"]["tables"]
     families = report["admission"]["independent_families"]
     assert families["train"] >= 2 and families["eval"] >= 1 and families["shared"] == 0
     assert report["admission"]["tasks_admitted"] >= 1 and report["admission"]["eval_cases"] >= 1
+    entities = report["admission"]["independent_entities"]
+    assert entities["eval"] >= MIN_HELD_OUT_ENTITIES and entities["eval_needed"] == 0 and report["reasons"] == []
+    assert f"on {entities['eval']} independent entities (minimum {MIN_HELD_OUT_ENTITIES})" in report["verdict"]
+
+
+def test_a_world_too_small_to_hold_out_enough_entities_is_refused_with_the_rows_it_needs(source: Path) -> None:
+    report = inspect_source(source)
+    entities = report["admission"]["independent_entities"]
+    assert report["valid"] and not report["trainable"] and report["held_out_too_small"]
+    assert (entities["eval"], entities["eval_minimum"], entities["eval_needed"]) == (6, 20, 14)
+    assert report["verdict"] == "not trainable: held-out too small (6 independent entities, minimum 20; 14 more needed)"
+    reason = report["reasons"][-1]
+    assert "the held-out cases concern 6 independent entities, fewer than the 20" in reason
+    assert "cases of one entity are correlated" in reason and "14 more held-out entities are needed" in reason
+    # the split holds out 6 of the small world's 24 customers, so about 14 x 24 / 6 = 56 more customers
+    assert entities["eval_available"] == 6 and entities["rows_needed"] == 56
+    assert reason.endswith("the split holds out only 6 of the world's 24 entities: add about 56 more root rows "
+                           "(customers), each with the rows that belong to it")
+    assert "held_out_minimum_waived" not in report
+    assert inspect_source(source, tiny_config())["held_out_minimum_waived"] is True
+
+
+def test_a_world_whose_tasks_hold_out_too_few_entities_is_told_to_hold_out_more_cases_per_task() -> None:
+    fewer = CompanyConfig.for_base("Qwen/Qwen2.5-0.5B-Instruct", build={"eval_cases_per_task": 4})
+    report = inspect_source(ROOT / "examples" / "it_helpdesk" / "world.json", fewer)
+    entities = report["admission"]["independent_entities"]
+    assert not report["trainable"] and (entities["eval"], entities["eval_needed"]) == (15, 5)
+    assert entities["eval_available"] == 34 and entities["rows_needed"] == 0
+    assert report["reasons"][-1].endswith("the split's held-out side holds 34 entities of the anchor tables, but the "
+                                          "tasks hold out cases of only 15 of them (tasks on one table take the same "
+                                          "rows first): hold out more cases per task (--eval-cases, now 4)")
 
 
 def test_mcp_tool_schemas_alone_are_reported_insufficient(mcp_source: Path) -> None:
@@ -305,8 +356,8 @@ def test_company_inspect_writes_nothing(source: Path) -> None:
     with recording_writes() as writes:
         report = inspect_source(source)
         result = CliRunner().invoke(app, ["company", "inspect", "--source", str(source), "--json"])
-    assert report["trainable"] and result.exit_code == 0 and json.loads(result.stdout)["trainable"]
-    assert report["admission"]["sft_rows"] >= 1 and writes == []
+    assert report["valid"] and result.exit_code == 1 and json.loads(result.stdout) == report
+    assert report["admission"]["sft_rows"] >= 1 and report["held_out_too_small"] and writes == []
 
 
 def test_a_one_state_source_stops_before_training(store: JobStore, one_state_source: Path) -> None:
@@ -349,14 +400,43 @@ def test_train_without_run_only_queues(tmp_path: Path, source: Path) -> None:
     assert cancelled.exit_code == 0 and "cancelled" in cancelled.output
 
 
-def test_train_run_prints_only_the_job_on_stdout_and_exits_1_when_it_fails(tmp_path: Path,
-                                                                          one_state_source: Path) -> None:
-    result = CliRunner().invoke(app, ["company", "train", "--source", str(one_state_source), "--base-model", "tiny",
-                                      "--job-store", str(tmp_path / "jobs"), "--run", "--json", *TINY_FLAGS])
+def test_train_run_prints_only_the_job_on_stdout_and_exits_1_when_it_fails(tmp_path: Path, source: Path) -> None:
+    result = CliRunner().invoke(app, ["company", "train", "--source", str(source), "--base-model", "tiny",
+                                      "--job-store", str(tmp_path / "jobs"), "--run", "--json", *TINY_FLAGS,
+                                      "--max-model-calls", "3"])
     assert result.exit_code == 1
     job = json.loads(result.stdout)
-    assert job["status"] == "failed" and job["errors"][0]["code"] == "not_trainable"
+    assert job["status"] == "failed" and job["outcome"]["budget"] == "max_model_calls"
     assert "[qualify] stage qualify started" in result.stderr
+
+
+def test_company_train_refuses_a_source_inspect_calls_not_trainable_before_creating_a_job(
+        tmp_path: Path, source: Path, one_state_source: Path) -> None:
+    from blobkit.errors import NotTrainableError
+
+    store_dir = tmp_path / "jobs"
+    flags = [flag for flag in TINY_FLAGS if flag != "--allow-small-held-out"]
+    for refused, given, names in ((source, flags, "held-out too small (2 independent entities, minimum 20; 18 more "
+                                                  "needed)"),
+                                  (one_state_source, TINY_FLAGS, "not trainable: one independent state")):
+        result = CliRunner().invoke(app, ["company", "train", "--source", str(refused), "--base-model", "tiny",
+                                          "--job-store", str(store_dir), "--run", "--json", *given])
+        message = str(result.exception)
+        assert isinstance(result.exception, NotTrainableError) and result.stdout == "" and "\n" not in message
+        assert names in message and f"see blobkit company inspect --source {refused}" in message
+        assert not store_dir.exists()
+    assert "or pass --allow-small-held-out to train anyway" in str(CliRunner().invoke(app, [
+        "company", "train", "--source", str(source), "--base-model", "tiny", "--job-store", str(store_dir),
+        *flags]).exception)
+
+
+def test_a_job_on_a_held_out_set_below_the_minimum_stops_at_qualify_unless_waived(store: JobStore,
+                                                                                  source: Path) -> None:
+    job = run_job(store, create_job(store, source, "tiny", tiny_config(allow_small_held_out=False)))
+    assert job["status"] == "failed" and job["outcome"]["stage"] == "qualify" and job["checkpoints"] == []
+    assert job["errors"][0]["code"] == "not_trainable" and "held-out too small" in job["errors"][0]["message"]
+    assert check(job, "source_valid") == "passed" and check(job, "trainable") == "failed"
+    assert not (store.job_dir(job["id"]) / "kit").exists()
 
 
 def test_company_train_flags_set_the_parts_of_the_composed_config(tmp_path: Path, source: Path) -> None:
@@ -372,7 +452,7 @@ def test_company_train_flags_set_the_parts_of_the_composed_config(tmp_path: Path
     assert config["sft"]["full"] is False and config["rl"]["full"] is False
     assert (config["rl"]["group_size"], config["rl"]["batch_size"], config["rl"]["steps"]) == (4, 4, 3)
     assert config["sft"]["grounding_repeats"] == 3 and config["sft"]["max_turns"] == config["rl"]["max_turns"] == 2
-    assert config["budgets"] == {"max_minutes": 5, "max_model_calls": 200} and config["tiny"]["hidden_size"] == 32
+    assert config["budgets"] == {"max_minutes": 5, "max_model_calls": 1188} and config["tiny"]["hidden_size"] == 32
     refused = runner.invoke(app, [*common, "--group-size", "4", "--rl-batch-size", "6"])
     assert refused.exit_code != 0 and "multiple of rl.group_size" in str(refused.exception)
 
@@ -382,7 +462,7 @@ def test_company_train_help_shows_the_defaults_each_base_uses() -> None:
     text = " ".join(result.output.replace("│", " ").split())
     for flag, shown in (("--lr", "0.0002; --base-model tiny: 0.002"), ("--sft-epochs", "1.0; --base-model tiny: 3.0"),
                         ("--train-cases", "48; --base-model tiny: 400"), ("--tiny-vocab-size", "600"),
-                        ("--max-model-calls", "200")):
+                        ("--max-model-calls", "1188")):
         assert flag in text and f"[default: ({shown})]" in text, flag
     assert "preset" in text and "5e-3" not in text and "2e-3" not in text
 
@@ -589,6 +669,26 @@ def test_a_tiny_run_on_the_small_world_completes_with_measured_results(finished_
     _assert_complete(job, store_root)
 
 
+def test_a_job_that_waived_the_held_out_minimum_says_so_in_its_record_and_results(
+        finished_job: tuple[Path, dict[str, Any]]) -> None:
+    store_root, job = finished_job
+    assert job["identity"]["config"]["allow_small_held_out"] is True
+    detail = next(c["detail"] for c in job["checks"] if c["name"] == "trainable")
+    assert check(job, "trainable") == "failed" and detail.startswith("not trainable: held-out too small (2 ")
+    assert detail.endswith("held-out too small to mean anything: trained anyway (allow_small_held_out)")
+    assert any(m.startswith("held-out too small to mean anything: held-out too small: the held-out cases concern 2 ")
+               for m in stage_events(job, "qualify"))
+    held_out = job["results"]["held_out"]
+    # eval_limit 2: the first two held-out cases, both of one entity
+    assert (held_out["entities_in_kit"], held_out["entities_evaluated"], held_out["entities_minimum"]) == (2, 1, 20)
+    assert held_out["too_small"] == ("held-out too small to mean anything: the pass rates are over 1 independent "
+                                     "entity, fewer than the 20 a pass rate needs; the job waived the minimum "
+                                     "(allow_small_held_out)")
+    assert json.loads((store_root / "jobs" / job["id"] / "results.json").read_text())["held_out"] == held_out
+    shown = CliRunner().invoke(app, ["jobs", "show", job["id"], "--job-store", str(store_root)])
+    assert f"  held-out: {held_out['too_small']}" in shown.output
+
+
 def test_each_training_stage_runs_the_composed_config_with_only_its_run_fields_filled_in(
         finished_job: tuple[Path, dict[str, Any]]) -> None:
     from blobkit.company.stages import RUN_FIELDS
@@ -631,9 +731,13 @@ def test_company_train_run_on_an_example_world_with_the_tiny_model(tmp_path: Pat
     store_dir = str(tmp_path / "company-jobs")
     result = CliRunner().invoke(app, ["company", "train", "--source", str(EXAMPLES[-1] / "world.json"),
                                       "--base-model", "tiny", "--job-store", store_dir, "--run", "--json",
-                                      "--train-cases", "12", "--eval-cases", "1", "--max-new-tokens", "48",
-                                      "--tiny-hidden-size", "64", "--tiny-layers", "2"])
+                                      "--train-cases", "12", "--max-new-tokens", "48", "--tiny-hidden-size", "64",
+                                      "--tiny-layers", "2"])
     job = json.loads(result.stdout)
     shown = json.loads(CliRunner().invoke(app, ["jobs", "show", job["id"], "--job-store", store_dir, "--json"]).stdout)
     assert shown["status"] == job["status"]
     _assert_complete(shown, Path(store_dir))
+    held_out = shown["results"]["held_out"]  # the company build's held-out set, every case of it evaluated
+    assert check(shown, "trainable") == "passed" and shown["identity"]["config"]["allow_small_held_out"] is False
+    assert held_out["coverage"] == 1.0 and held_out["entities_evaluated"] == held_out["entities_in_kit"] >= 20
+    assert "too_small" not in held_out

@@ -53,6 +53,8 @@ def _job_lines(job: dict[str, Any]) -> list[str]:
             lines.append(f"  {name}: held-out pass rate {rate_text(results[name])}")
     if "rl_minus_sft" in results:
         lines.append(f"  rl_minus_sft: {results['rl_minus_sft']['pass_rate']:+.3f}")
+    if "too_small" in results.get("held_out", {}):
+        lines.append(f"  held-out: {results['held_out']['too_small']}")
     if job["replay"]:
         lines.append(f"  replay: {job['replay']['outcome']} (case {job['replay'].get('case_id')})")
     lines += [f"  check {c['name']}: {c['status']}" + (f" — {c['detail']}" if c["detail"] else "")
@@ -154,7 +156,7 @@ def _config_errors() -> Iterator[None]:
         raise ConfigError(f"{exc.title}: {where + ': ' if where else ''}{first['msg']}") from None
 
 
-def company_config(base_model: str, options: dict[str, Any]) -> CompanyConfig:
+def company_config(base_model: str, options: dict[str, Any], allow_small_held_out: bool = False) -> CompanyConfig:
     """The job's CompanyConfig: the recipe for ``base_model``, then the options given."""
     from blobkit.builder import BuildConfig
     from blobkit.company import CompanyBudgets, CompanyConfig
@@ -168,7 +170,7 @@ def company_config(base_model: str, options: dict[str, Any]) -> CompanyConfig:
             sft={**training, **given(options, TrainConfig, only=SFT_OPTIONS, prefix="sft_")},
             rl={**training, **given(options, TrainConfig, only=RL_OPTIONS, prefix="rl_")},
             tiny=given(options, TinyModelConfig, only=TINY_OPTIONS, prefix="tiny_"),
-            budgets=given(options, CompanyBudgets))
+            budgets=given(options, CompanyBudgets), allow_small_held_out=allow_small_held_out)
 
 
 def _inspect_options() -> list[Parameter]:
@@ -218,6 +220,21 @@ def _report_lines(source: Path, report: dict[str, Any]) -> list[str]:
     return lines + [f"  reason: {reason}" for reason in report["reasons"]]
 
 
+def _refuse_untrainable(source: Path, config: CompanyConfig) -> None:
+    """NotTrainableError (one line, nothing written) unless inspection finds the source trainable or the only
+    fault is a held-out set below the minimum and the config waives it."""
+    from blobkit.company import inspect_source
+    from blobkit.errors import NotTrainableError
+
+    report = inspect_source(source, config)
+    if report["trainable"] or report.get("held_out_minimum_waived"):
+        return
+    hint = ("; or pass --allow-small-held-out to train anyway (its results are then marked held-out too small "
+            "to mean anything)" if report.get("held_out_too_small") else "")
+    raise NotTrainableError(f"{source}: {report['verdict']}: {'; '.join(report['reasons'])}{hint}; see blobkit "
+                            f"company inspect --source {source}")
+
+
 def train(source: Path = typer.Option(..., "--source", help="The export: world.json or a packaged world."),
           base_model: str = typer.Option(..., "--base-model",
                                          help="Catalog id (blobkit models), a local model directory, or 'tiny': "
@@ -226,10 +243,15 @@ def train(source: Path = typer.Option(..., "--source", help="The export: world.j
           run: bool = typer.Option(False, "--run", help="Run the pipeline now (otherwise the job is only queued)."),
           revision: str | None = typer.Option(None, "--revision", help="Pinned revision of a hub base."),
           as_json: bool = typer.Option(False, "--json", help="Print the job record as JSON."),
+          allow_small_held_out: bool = typer.Option(
+              False, "--allow-small-held-out",
+              help="Train even when the held-out cases concern fewer independent entities than company inspect's "
+                   "minimum; the job's record and results then say held-out too small to mean anything."),
           **options: Any) -> None:
     """Create a company job: qualify → kit → SFT → RL → evaluate → export → replay in a fresh process.
 
-    Without --run the job is queued (run it later with jobs resume). --base-model tiny builds a tiny
+    The source is inspected first: one company inspect calls not trainable is refused before any job
+    is created. Without --run the job is queued (run it later with jobs resume). --base-model tiny builds a tiny
     random-weight model from the kit, so the whole pipeline runs offline on a CPU. Training settings
     start from a TrainConfig preset (tiny for --base-model tiny, as the demo; lora for a real base)
     with the company's own choices on top; each default below names both where they differ. Training
@@ -240,7 +262,8 @@ def train(source: Path = typer.Option(..., "--source", help="The export: world.j
     """
     from blobkit.company import JobStore, create_job
 
-    config = company_config(base_model, options)
+    config = company_config(base_model, options, allow_small_held_out)
+    _refuse_untrainable(source, config)
     with JobStore(job_store) as store:
         job_id = create_job(store, source, base_model, config, revision)
         if not run:

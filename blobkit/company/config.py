@@ -2,7 +2,8 @@
 
 :class:`CompanyConfig` copies no field. It holds the kit builder's :class:`~blobkit.builder.BuildConfig`,
 one :class:`~trainers.config.TrainConfig` per training stage (``sft``, ``rl``), the tiny model's
-:class:`~trainers.tiny_model.TinyModelConfig` and the job's :class:`CompanyBudgets`. Training defaults
+:class:`~trainers.tiny_model.TinyModelConfig`, the job's :class:`CompanyBudgets` and whether it may train on
+a held-out set too small to mean anything (``allow_small_held_out``). Training defaults
 live in ``TrainConfig`` and its presets only: ``tiny`` for ``--base-model tiny`` (the demo's recipe)
 and ``lora`` for a real base. The company's own choices are written once, below, as overrides on top
 of the preset, each with its reason. At run time a stage's ``TrainConfig`` is ``config.sft`` (or
@@ -27,18 +28,22 @@ TINY = "tiny"
 TARGET = "local-torch"
 """Where a company job trains: locally, with torch (SFT and GRPO)."""
 
-COMPANY_BUILD: dict[str, Any] = {"eval_cases_per_task": 1}
-"""One held-out case per task: the model-call budget pays for four evaluations, so the held-out cases are spread
-over every task rather than stacked on a few."""
+COMPANY_BUILD: dict[str, Any] = {"eval_cases_per_task": 6}
+"""Six held-out cases per task (the builder's default): the fewest at which every example world holds out the
+:data:`~blobkit.company.held_out.MIN_HELD_OUT_ENTITIES` (20) independent entities ``company inspect`` asks for.
+Tasks on one anchor table take the same held-out rows first, so entities grow slower than cases. Measured with
+``company inspect --eval-cases N`` (held-out cases / independent entities at N = 1, 4, 5, 6): retail_desk 11/6,
+44/20, 55/24, 66/28; it_helpdesk 6/5, 24/15, 30/19, 36/21 (34 entities on its held-out side); airline_desk 13/7,
+42/25, 52/26, 62/28. Every held-out case is evaluated (``eval_limit`` below)."""
 
 TINY_BUILD: dict[str, Any] = {"train_cases_per_task": DEMO_TRAIN_CASES}
 """``--base-model tiny``: as many training cases per task as the demo's kit (a model trained from scratch needs many
 distinct cases). A real base keeps the builder's default."""
 
-COMPANY_TRAINING: dict[str, Any] = {"eval_limit": 10, "max_turns": 4, "target": TARGET}
-"""Both stages. The default 200-call budget pays for four evaluations (base and SFT in the SFT stage, GRPO's start
-and RL in the RL stage) of 10 held-out cases at 4 turns (160 calls), four GRPO steps of one prompt x 2 attempts x
-4 turns (32) and the replay (4): 196 calls. The company trains locally with torch (SFT and GRPO)."""
+COMPANY_TRAINING: dict[str, Any] = {"eval_limit": None, "max_turns": 4, "target": TARGET}
+"""Both stages. Every held-out case is evaluated, so the pass rates are over the entities ``company inspect``
+counted (the kit lists its held-out cases task by task: a limit would keep the first few tasks' cases only).
+Episodes run at most 4 turns. The company trains locally with torch (SFT and GRPO)."""
 
 COMPANY_SFT: dict[str, Any] = {"method": "sft"}
 """The first stage is supervised fine-tuning on the kit's executed rows."""
@@ -49,6 +54,12 @@ COMPANY_RL: dict[str, Any] = {"method": "grpo", "steps": 4}
 RL_PROMPTS_PER_STEP = 1
 """Training prompts per GRPO step: one, so a step is one group (``rl.batch_size`` = ``rl.group_size``) and the
 budget's worst case per step stays small."""
+
+DEFAULT_MODEL_CALLS = 1188
+"""The default model-call budget: the worst case of a company job on the largest held-out set a company kit can
+hold, 12 tasks (the builder's cap) x 6 cases = 72: four evaluations (base and SFT in the SFT stage, GRPO's start and
+RL in the RL stage) of 72 cases at 4 turns (1,152 calls), four GRPO steps of one prompt x 2 attempts x 4 turns (32)
+and the replay (4). Fewer held-out cases leave the rest unspent: GRPO stops at its four steps."""
 
 
 def preset_name(base_model: str) -> str:
@@ -63,7 +74,7 @@ class CompanyBudgets(BaseModel):
 
     max_minutes: float = Field(30, gt=0)
     """Budget: active minutes of the whole job (summed over resumes)."""
-    max_model_calls: int = Field(200, ge=1)
+    max_model_calls: int = Field(DEFAULT_MODEL_CALLS, ge=1)
     """Budget: model calls (generated assistant turns) of the whole job."""
 
 
@@ -100,6 +111,10 @@ class CompanyConfig(BaseModel):
     """``--base-model tiny``: the tiny model's shape and seed (unused for a real base)."""
     budgets: CompanyBudgets = Field(default_factory=CompanyBudgets)
     """The job's budgets."""
+    allow_small_held_out: bool = False
+    """Train even when the kit's held-out cases concern fewer independent entities than ``company inspect``'s
+    minimum (the only fault it waives): the job's check, record and results then say the held-out set is too small
+    to mean anything."""
 
     @model_validator(mode="after")
     def _whole_groups(self) -> CompanyConfig:
@@ -111,7 +126,8 @@ class CompanyConfig(BaseModel):
     @classmethod
     def for_base(cls, base_model: str, *, build: Mapping[str, Any] | None = None,
                  sft: Mapping[str, Any] | None = None, rl: Mapping[str, Any] | None = None,
-                 tiny: Mapping[str, Any] | None = None, budgets: Mapping[str, Any] | None = None) -> CompanyConfig:
+                 tiny: Mapping[str, Any] | None = None, budgets: Mapping[str, Any] | None = None,
+                 allow_small_held_out: bool = False) -> CompanyConfig:
         """The company recipe for ``base_model`` (its preset plus the company's choices), with ``values`` on top.
 
         Each keyword holds field values of that part; in ``rl``, a ``group_size`` without a ``batch_size``
@@ -119,4 +135,5 @@ class CompanyConfig(BaseModel):
         """
         preset = preset_name(base_model)
         return cls(build=_build(preset, build or {}), sft=_sft(preset, sft or {}), rl=_rl(preset, rl or {}),
-                   tiny=TinyModelConfig(**(tiny or {})), budgets=CompanyBudgets(**(budgets or {})))
+                   tiny=TinyModelConfig(**(tiny or {})), budgets=CompanyBudgets(**(budgets or {})),
+                   allow_small_held_out=allow_small_held_out)

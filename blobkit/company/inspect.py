@@ -2,9 +2,11 @@
 
 :func:`qualify_source` loads the source, recognises MCP tool schemas that are not enough to train
 on, and executes the kit build in memory (:func:`blobkit.builder.builder.execute_build`): minting, the
-discrimination gate, the split and the replay of every training case. It returns the report and,
-when the source can be trained, the built kit, which the job's qualify stage then writes (so a job
-builds its kit once). :func:`inspect_source` (``blobkit company inspect``) keeps the report only.
+discrimination gate, the split and the replay of every training case. A kit whose held-out cases concern
+fewer than :data:`~blobkit.company.held_out.MIN_HELD_OUT_ENTITIES` independent entities is not trainable
+(:mod:`.held_out` says why, and what the world needs). It returns the report and, when the source can be
+trained, the built kit, which the job's qualify stage then writes (so a job builds its kit once).
+:func:`inspect_source` (``blobkit company inspect``) keeps the report only.
 """
 
 from __future__ import annotations
@@ -17,14 +19,10 @@ from blobkit.errors import BlobkitError, KitError
 from world_format.loaded import LoadedWorld
 
 from .config import CompanyConfig
+from .held_out import MIN_HELD_OUT_ENTITIES, entities_text, held_out_shortfall
 from .identity import source_sha256
 
-MIN_HELD_OUT_ENTITIES = 20
-"""Fewest independent held-out entities (:mod:`blobkit.builder.entities`) a kit needs before its held-out pass
-rate means anything. Cases of one entity are correlated, so the entities, not the cases, are the sample: at 20 the
-95 % Wilson interval of a rate near 0.5 is 0.30-0.70 (half-width 0.20), just narrow enough to tell a model that
-does the job most of the time from one that does it a third of the time; at the 5-15 entities small worlds hold
-out, it is 0.24-0.76 or wider, and a rise from base to SFT cannot be told from noise."""
+__all__ = ["MIN_HELD_OUT_ENTITIES", "inspect_source", "qualify_source"]
 
 
 def _mcp_tool_names(document: Any) -> list[str] | None:
@@ -90,8 +88,9 @@ def _not_trainable(report: dict[str, Any], reason: str, verdict: str) -> tuple[d
     return report, None
 
 
-def _qualify(path: Path, config: BuildConfig, report: dict[str, Any]) -> tuple[dict[str, Any], BuiltKit | None]:
-    """Mint, gate, split and replay in memory; fill in admission and the verdict."""
+def _qualify(path: Path, loaded: LoadedWorld, config: BuildConfig, report: dict[str, Any],
+             allow_small_held_out: bool) -> tuple[dict[str, Any], BuiltKit | None]:
+    """Mint, gate, split and replay in memory; fill in admission, the held-out size and the verdict."""
     anchor_rows = report["state"]["anchor_rows"]
     if max(anchor_rows.values(), default=0) < 2:
         return _not_trainable(report, f"one independent state: the anchor tables hold {anchor_rows} row(s), so every "
@@ -104,17 +103,32 @@ def _qualify(path: Path, config: BuildConfig, report: dict[str, Any]) -> tuple[d
     except BlobkitError as exc:  # minting or a probe could not run on this world
         return _not_trainable(report, f"{type(exc).__name__}: {exc}", "the kit builder failed on this world")
     report["admission"] = _admission(built)
+    entities = report["admission"]["independent_entities"]
+    shortfall = held_out_shortfall(loaded, config, entities["eval"])
+    if shortfall is not None:
+        entities.update(eval_available=shortfall["held_out_side"], rows_needed=shortfall["rows_needed"])
+        report["reasons"].append(shortfall["reason"])
+        report["held_out_too_small"] = True
+        report["verdict"] = (f"not trainable: held-out too small ({entities_text(entities['eval'])}, minimum "
+                             f"{MIN_HELD_OUT_ENTITIES}; {shortfall['needed']} more needed)")
+        if not allow_small_held_out:
+            return report, None
+        report["held_out_minimum_waived"] = True
+        return report, built
     report["trainable"] = True
-    families = report["admission"]["independent_families"]
-    report["verdict"] = (f"trainable: {report['admission']['tasks_admitted']} tasks admitted, "
-                         f"{families['train']} training and {families['eval']} held-out independent families")
+    report["verdict"] = (f"trainable: {report['admission']['tasks_admitted']} tasks admitted; "
+                         f"{report['admission']['eval_cases']} held-out cases on {entities_text(entities['eval'])} "
+                         f"(minimum {MIN_HELD_OUT_ENTITIES})")
     return report, built
 
 
-def qualify_source(path: Path, config: BuildConfig) -> tuple[dict[str, Any], BuiltKit | None]:
+def qualify_source(path: Path, config: BuildConfig, allow_small_held_out: bool = False) \
+        -> tuple[dict[str, Any], BuiltKit | None]:
     """(the inspection report, the kit built in memory or None when the source cannot be trained).
 
-    Never raises for a bad source: validity problems are in ``reasons`` with ``valid: False``.
+    With ``allow_small_held_out`` a kit whose only fault is a held-out set below the minimum is returned too; the
+    report still says not trainable, and ``held_out_minimum_waived: true``. Never raises for a bad source:
+    validity problems are in ``reasons`` with ``valid: False``.
     """
     from world_format.loader import DEFAULT_BUDGET, load_world, parse_json, read_bounded
 
@@ -132,12 +146,14 @@ def qualify_source(path: Path, config: BuildConfig) -> tuple[dict[str, Any], Bui
     except BlobkitError as exc:  # world format, checksum and size errors all mean "not a valid world"
         return _not_trainable(report, str(exc), "the source is not a valid world")
     report.update(valid=True, kind="world", **_world_facts(loaded))
-    return _qualify(path, config, report)
+    return _qualify(path, loaded, config, report, allow_small_held_out)
 
 
 def inspect_source(path: Path, config: CompanyConfig | None = None) -> dict[str, Any]:
     """Compile and qualify a source without training or writing anything; say plainly whether it can be trained.
 
-    Never raises for a bad source: validity problems are in ``reasons`` with ``valid: False``.
+    ``config.allow_small_held_out`` is reported as ``held_out_minimum_waived`` when it is what would let the
+    source train. Never raises for a bad source: validity problems are in ``reasons`` with ``valid: False``.
     """
-    return qualify_source(path, (config or CompanyConfig()).build)[0]
+    config = config or CompanyConfig()
+    return qualify_source(path, config.build, config.allow_small_held_out)[0]

@@ -2,11 +2,18 @@
 
 Every number names the stage that measured it: base and SFT come from the SFT stage (which
 evaluates the base and the reloaded SFT export on the held-out cases), RL from the RL stage.
+``held_out`` says how many cases and independent entities the rates are over, and, below
+:data:`~blobkit.company.held_out.MIN_HELD_OUT_ENTITIES`, that they are too small to mean anything.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from .held_out import MIN_HELD_OUT_ENTITIES, entities_text
+
+SMALL_HELD_OUT = "held-out too small to mean anything"
+"""How a job's check, events and results name a held-out set below the minimum."""
 
 SUMMARY_KEYS = ("pass_rate", "cases", "passed", "entities", "interval_95", "per_template", "tool_call_parse_failures",
                 "refusal")
@@ -34,9 +41,27 @@ def assemble_results(records: dict[str, dict[str, Any]], complete: bool) -> dict
         results["rl_stopped_by"] = rl.get("stopped_by")
         if sft and rl.get("sft", {}).get("pass_rate") != sft["sft"]["pass_rate"]:
             results["sft_as_measured_by_rl"] = _summary(rl["sft"], "rl stage: its own evaluation of the SFT start")
-    evaluated = [results[name]["cases"] for name in ("base", "sft", "rl") if name in results]
+    evaluated = [results[name] for name in ("base", "sft", "rl") if name in results]
     if kit and evaluated:
-        results["held_out"] = {"cases_in_kit": kit["eval_cases"], "cases_evaluated": min(evaluated),
-                               "coverage": round(min(evaluated) / kit["eval_cases"], 4),
-                               "case_counts_match": len(set(evaluated)) == 1}
+        cases = min(summary["cases"] for summary in evaluated)
+        results["held_out"] = {"cases_in_kit": kit["eval_cases"], "cases_evaluated": cases,
+                               "coverage": round(cases / kit["eval_cases"], 4),
+                               "case_counts_match": len({summary["cases"] for summary in evaluated}) == 1,
+                               **_entities(records.get("qualify", {}).get("held_out", {}), evaluated)}
     return results
+
+
+def _entities(qualified: dict[str, Any], evaluated: list[dict[str, Any]]) -> dict[str, Any]:
+    """Independent entities in the kit and evaluated, the minimum, and ``too_small`` when the rates are below it."""
+    counts = [summary["entities"] for summary in evaluated if "entities" in summary]
+    if not counts:
+        return {}
+    found = {"entities_in_kit": qualified.get("entities"), "entities_evaluated": min(counts),
+             "entities_minimum": MIN_HELD_OUT_ENTITIES}
+    if min(counts) < MIN_HELD_OUT_ENTITIES:
+        why = ("; the job waived the minimum (allow_small_held_out)" if qualified.get("minimum_waived")
+               else f"; eval_limit left out cases of the kit's {qualified['entities']}"
+               if qualified.get("entities", 0) > min(counts) else "")
+        found["too_small"] = (f"{SMALL_HELD_OUT}: the pass rates are over {entities_text(min(counts))}, fewer than "
+                              f"the {MIN_HELD_OUT_ENTITIES} a pass rate needs{why}")
+    return found

@@ -39,7 +39,7 @@ from .config import TARGET, TINY, CompanyConfig
 from .identity import checked_source
 from .inspect import qualify_source
 from .replay import replay_export, replay_summary, run_spawned
-from .results import assemble_results
+from .results import SMALL_HELD_OUT, assemble_results
 from .store import JobStore
 
 CHECKS = ("source_valid", "trainable", "kit_leakage_free", "kit_verified", "sft_updates_applied",
@@ -105,18 +105,31 @@ def run_config(composed: TrainConfig, **run: Any) -> TrainConfig:
 # --------------------------------------------------------------------------- qualify and kit
 
 
+def _held_out_record(report: dict[str, Any]) -> dict[str, Any]:
+    """The qualify record's held-out size: entities, the minimum, and whether the job waived it."""
+    entities = report["admission"]["independent_entities"]
+    return {"entities": entities["eval"], "minimum": entities["eval_minimum"], "needed": entities["eval_needed"],
+            "minimum_waived": bool(report.get("held_out_minimum_waived"))}
+
+
 def stage_qualify(ctx: StageContext) -> StageOutcome:
-    report, built = qualify_source(checked_source(ctx.identity), ctx.config.build)
+    report, built = qualify_source(checked_source(ctx.identity), ctx.config.build, ctx.config.allow_small_held_out)
     path = ctx.store.write_json_artifact(ctx.job_id, "inspection.json", report)
     ctx.store.set_check(ctx.job_id, "source_valid", "passed" if report["valid"] else "failed",
                         "; ".join(report["reasons"]) or report["kind"])
+    waived = bool(report.get("held_out_minimum_waived"))
     if report["valid"]:
-        ctx.store.set_check(ctx.job_id, "trainable", "passed" if report["trainable"] else "failed", report["verdict"])
+        ctx.store.set_check(ctx.job_id, "trainable", "passed" if report["trainable"] else "failed",
+                            report["verdict"] + (f"; {SMALL_HELD_OUT}: trained anyway (allow_small_held_out)"
+                                                 if waived else ""))
     if built is None:
         raise NotTrainableError(f"{report['verdict']}: {'; '.join(report['reasons'])}")
+    if waived:
+        ctx.log("qualify")(f"{SMALL_HELD_OUT}: {report['reasons'][-1]}; training anyway because "
+                           "allow_small_held_out is set")
     build = write_kit(built, ctx.dir / "kit")
     record = {"verdict": report["verdict"], "world": report["world"], "admission": report["admission"],
-              "build": build}
+              "held_out": _held_out_record(report), "build": build}
     artifacts = {"inspection": path, "kit": Path(build["kit"]["path"]) / "kit.json",
                  "kit_archive": Path(build["kit"]["archive"])}
     return StageOutcome(record, artifacts)
