@@ -325,14 +325,14 @@ def test_a_world_too_small_to_hold_out_enough_entities_is_refused_with_the_rows_
 
 
 def test_a_world_whose_tasks_hold_out_too_few_entities_is_told_to_hold_out_more_cases_per_task() -> None:
-    fewer = CompanyConfig.for_base("Qwen/Qwen2.5-0.5B-Instruct", build={"eval_cases_per_task": 4})
+    fewer = CompanyConfig.for_base("Qwen/Qwen2.5-0.5B-Instruct", build={"eval_cases_per_task": 2})
     report = inspect_source(ROOT / "examples" / "it_helpdesk" / "world.json", fewer)
     entities = report["admission"]["independent_entities"]
-    assert not report["trainable"] and (entities["eval"], entities["eval_needed"]) == (15, 5)
+    assert not report["trainable"] and (entities["eval"], entities["eval_needed"]) == (12, 8)
     assert entities["eval_available"] == 34 and entities["rows_needed"] == 0
     assert report["reasons"][-1].endswith("the split's held-out side holds 34 entities of the anchor tables, but the "
-                                          "tasks hold out cases of only 15 of them (tasks on one table take the same "
-                                          "rows first): hold out more cases per task (--eval-cases, now 4)")
+                                          "tasks hold out cases of only 12 of them: hold out more cases per task "
+                                          "(--eval-cases, now 2)")
 
 
 def test_mcp_tool_schemas_alone_are_reported_insufficient(mcp_source: Path) -> None:
@@ -416,7 +416,7 @@ def test_company_train_refuses_a_source_inspect_calls_not_trainable_before_creat
 
     store_dir = tmp_path / "jobs"
     flags = [flag for flag in TINY_FLAGS if flag != "--allow-small-held-out"]
-    for refused, given, names in ((source, flags, "held-out too small (2 independent entities, minimum 20; 18 more "
+    for refused, given, names in ((source, flags, "held-out too small (6 independent entities, minimum 20; 14 more "
                                                   "needed)"),
                                   (one_state_source, TINY_FLAGS, "not trainable: one independent state")):
         result = CliRunner().invoke(app, ["company", "train", "--source", str(refused), "--base-model", "tiny",
@@ -674,15 +674,15 @@ def test_a_job_that_waived_the_held_out_minimum_says_so_in_its_record_and_result
     store_root, job = finished_job
     assert job["identity"]["config"]["allow_small_held_out"] is True
     detail = next(c["detail"] for c in job["checks"] if c["name"] == "trainable")
-    assert check(job, "trainable") == "failed" and detail.startswith("not trainable: held-out too small (2 ")
+    assert check(job, "trainable") == "failed" and detail.startswith("not trainable: held-out too small (6 ")
     assert detail.endswith("held-out too small to mean anything: trained anyway (allow_small_held_out)")
-    assert any(m.startswith("held-out too small to mean anything: held-out too small: the held-out cases concern 2 ")
+    assert any(m.startswith("held-out too small to mean anything: held-out too small: the held-out cases concern 6 ")
                for m in stage_events(job, "qualify"))
     held_out = job["results"]["held_out"]
-    # eval_limit 2: the first two held-out cases, both of one entity
-    assert (held_out["entities_in_kit"], held_out["entities_evaluated"], held_out["entities_minimum"]) == (2, 1, 20)
-    assert held_out["too_small"] == ("held-out too small to mean anything: the pass rates are over 1 independent "
-                                     "entity, fewer than the 20 a pass rate needs; the job waived the minimum "
+    # eval_limit 2: the first two held-out cases, of two entities
+    assert (held_out["entities_in_kit"], held_out["entities_evaluated"], held_out["entities_minimum"]) == (6, 2, 20)
+    assert held_out["too_small"] == ("held-out too small to mean anything: the pass rates are over 2 independent "
+                                     "entities, fewer than the 20 a pass rate needs; the job waived the minimum "
                                      "(allow_small_held_out)")
     assert json.loads((store_root / "jobs" / job["id"] / "results.json").read_text())["held_out"] == held_out
     shown = CliRunner().invoke(app, ["jobs", "show", job["id"], "--job-store", str(store_root)])

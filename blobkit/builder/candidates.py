@@ -44,11 +44,23 @@ class TaskEntry:
     """Cases the gate left out, counted by the first probe (or check) each did not fail."""
 
 
-def _minted_instances(minter: Minter, spec: TaskSpec, config: BuildConfig) -> list[Instance]:
+def _scan_order(minter: Minter, table: str, held_out: set[str]) -> list[Any]:
+    """The anchor table's keys in their seeded order, but held-out rows of entities that an earlier task already
+    holds out come last: each task's held-out cases then concern entities no other task's do, where the world has
+    them, so a kit's held-out pass rate rests on as many independent entities as it can."""
+    def seen(key: Any) -> bool:
+        return minter.sides.side(table, key) == "eval" and minter.sides.entity(table, key) in held_out
+
+    return sorted(minter.keys(table), key=seen)  # stable: the seeded order within each group
+
+
+def _minted_instances(minter: Minter, spec: TaskSpec, config: BuildConfig, held_out: set[str]) -> list[Instance]:
+    """Up to the configured cases per side of one minted task (``held_out``: the entities earlier tasks hold out,
+    updated with this task's)."""
     wanted = {"train": config.train_cases_per_task, "eval": config.eval_cases_per_task}
     found: list[Instance] = []
     counts = {"train": 0, "eval": 0}
-    for scanned, key in enumerate(minter.keys(spec.anchor)):
+    for scanned, key in enumerate(_scan_order(minter, spec.anchor, held_out)):
         if scanned >= config.scan_limit or all(counts[s] >= wanted[s] for s in counts):
             break
         side = minter.sides.side(spec.anchor, key)
@@ -58,6 +70,7 @@ def _minted_instances(minter: Minter, spec: TaskSpec, config: BuildConfig) -> li
         if instance is not None:
             found.append(instance)
             counts[side] += 1
+    held_out.update(instance.entity for instance in found if instance.side == "eval")
     return found
 
 
@@ -117,10 +130,11 @@ def candidates(loaded: LoadedWorld, minter: Minter, config: BuildConfig, progres
     world = loaded.world
     entries = [_authored(minter, task, config) for task in world.tasks]
     specs = select_specs(world, max(0, config.max_tasks - len(world.tasks)), config.seed)
+    held_out = {instance.entity for entry in entries for instance in entry.instances if instance.side == "eval"}
     for index, spec in enumerate(specs):
         progress("mint", index, len(specs))
         entries.append(TaskEntry(spec.task_id, "minted", spec.template, spec.to_json(),
-                                 _minted_instances(minter, spec, config)))
+                                 _minted_instances(minter, spec, config, held_out)))
     progress("mint", len(specs), len(specs))
     return entries
 

@@ -92,8 +92,8 @@ def held_out_shortfall(loaded: LoadedWorld, config: BuildConfig, held_out: int) 
     if side.entities >= MIN_HELD_OUT_ENTITIES:
         rows_needed = 0
         remedy = (f"the split's held-out side holds {side.entities} entities of the anchor tables, but the tasks "
-                  f"hold out cases of only {held_out} of them (tasks on one table take the same rows first): hold "
-                  f"out more cases per task (--eval-cases, now {config.eval_cases_per_task})")
+                  f"hold out cases of only {held_out} of them: hold out more cases per task (--eval-cases, now "
+                  f"{config.eval_cases_per_task})")
     else:
         share = side.entities / side.total if side.entities else max(config.eval_percent, 1) / 100
         rows_needed = math.ceil((MIN_HELD_OUT_ENTITIES - side.entities) / share)
