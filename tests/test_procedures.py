@@ -194,3 +194,22 @@ def test_an_identification_that_cannot_be_followed_is_refused(tmp_path: Path, ch
     change(world)
     with pytest.raises(WorldFormatError, match=f"/procedures/identify: .*{re.escape(message)}"):
         load_world(write_world(tmp_path, world))
+
+
+def test_a_write_made_before_the_identification_fails_its_verifier(procedural_kit: dict[str, Any]) -> None:
+    from blobkit.builder.gate import run_attempt, run_reference
+    from blobkit.builder.probes import Attempt
+
+    with open_kit(Path(procedural_kit["kit"]["path"])) as kit:
+        case = next(c for c in kit.cases("train") if c.task.template == "write_ok"
+                    and c.task.reference[-1].tool == "set_tier")
+        runtime = kit.world().runtime()
+        try:
+            reference = run_reference(runtime, case.task)
+            calls = reference.calls.calls
+            assert [name for name, _ in calls] == ["find_customer_by_email", "set_tier"]  # the look-up is the identify
+            assert run_attempt(runtime, case.task, Attempt(calls, case.task.answer)).verdict.outcome == "pass"
+            backwards = run_attempt(runtime, case.task, Attempt(tuple(reversed(calls)), case.task.answer))
+        finally:
+            runtime.close()
+    assert backwards.verdict.outcome == "fail" and "order" in backwards.verdict.reason

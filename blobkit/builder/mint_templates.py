@@ -62,11 +62,13 @@ def _read_by(tool: Tool, table: Any) -> set[str]:
     return {c.name for c in table.columns if re.search(rf"\b{re.escape(c.name)}\b", text)}
 
 
-def _access_checks(m: Minter, spec: TaskSpec, key: Any, address: Address, steps: list[Step],
-                   role: str) -> list[dict[str, Any]]:
-    """The address's checks (identification first) and, when the chain makes it, the call of ``role`` on the row."""
+def _access_checks(m: Minter, spec: TaskSpec, key: Any, address: Address, steps: list[Step], role: str,
+                   then: str | None = None) -> list[dict[str, Any]]:
+    """The address's checks — the identification before the chain's first own call (or, when the chain makes
+    none past its address, before ``then``: the write that follows) — and, when the chain makes it, the call of
+    ``role`` on the row."""
     made = any(step.tool == spec.tool(role) for step in steps[len(address.steps):])
-    checks = address.ordered(spec.tool(role) if made else None)
+    checks = address.ordered(spec.tool(role) if made else then)
     if made:
         arguments = key_arguments(spec, role, key_table(m.world, spec.anchor), key)
         checks.append(check("tool_called", tool=spec.tool(role), arguments=arguments))
@@ -175,7 +177,7 @@ def _write(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | None
     details = "".join(f" ({words(m.world, None, name)}: {value})" for name, value in stated
                       if "{" + name + "}" not in action)
     instruction = m.wording(spec, variant, address, action=acting(action, address.asked, stated), details=details)
-    base = _access_checks(m, spec, key, address, steps, "lookup")
+    base = _access_checks(m, spec, key, address, steps, "lookup", then=None if refused else tool.name)
     written = {**key_arguments(spec, "write", table, key), **literal_extras}
     if refused:
         return _refusal(m, spec, key, address, steps + [write], ran, tool, instruction, base, stated)
