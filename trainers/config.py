@@ -95,6 +95,9 @@ class TrainConfig(BaseModel):
     """Turn cap of an evaluation episode, a GRPO rollout and a replay."""
     max_new_tokens: int = Field(128, ge=8)
     """Tokens per generated assistant turn."""
+    episode_batch: int = Field(8, ge=1)
+    """Episodes decoded together (held-out evaluation and GRPO rollouts): their decode steps run as one batch,
+    each keeping its KV cache across its turns. 1 decodes one episode at a time; greedy outputs are the same."""
     eval_limit: int | None = Field(None, ge=1)
     """Evaluate at most this many held-out cases (default: all)."""
     init_adapter: Path | None = None
