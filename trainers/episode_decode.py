@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .generation import Decoded, _cache_argument, _is_small, decode, prompt_ids, stop_ids, turn_text
+from .generation import Decoded, cache_argument, decode, is_small_model, prompt_ids, stop_ids, turn_text
 from .turns import TurnRequest
 
 DEFAULT_SLOTS = 8
@@ -140,7 +140,7 @@ def _decoding(model: Any, batched: bool) -> Iterator[None]:
     inner, was_training, threads = _inner(model), model.training, torch.get_num_threads()
     original = inner.config._attn_implementation
     model.eval()
-    if next(model.parameters()).device.type == "cpu" and _is_small(model):
+    if next(model.parameters()).device.type == "cpu" and is_small_model(model):
         torch.set_num_threads(1)  # as trainers.generation.decode does (measured there)
     if batched:
         _register_rows_attention()
@@ -170,7 +170,7 @@ class ModelTurns:
         self.model, self.tokenizer = model, tokenizer
         self.max_new_tokens, self.temperature, self.generator = max_new_tokens, temperature, generator
         self.end_ids = stop_ids(tokenizer)
-        self.cache_argument = _cache_argument(model)
+        self.cache_argument = cache_argument(model)
         self.cacheable = _plain_layers(model)
         self.batched = self.cacheable and _inner(model).config._attn_implementation == "sdpa"
         self.slots = slots if self.batched else 1
@@ -225,10 +225,15 @@ class ModelTurns:
 
     def _start(self, request: TurnRequest, prompt: list[int]) -> _Episode:
         """A new episode's cache: the shared prefix (prefilled on first use in this run), or nothing."""
+        from jinja2 import TemplateError
+
         messages = request.messages
         if not self.cacheable or not messages or messages[0].get("role") != "system":
             return _Episode([], [])
-        system = prompt_ids(self.tokenizer, messages[:1], request.tools)
+        try:
+            system = prompt_ids(self.tokenizer, messages[:1], request.tools)
+        except (TemplateError, ValueError):  # a template that will not render a system message alone: no sharing
+            return _Episode([], [])
         prefix = tuple(prompt[:min(common_prefix(system, prompt), len(prompt) - 1)])
         if prefix and prefix not in self._prefixes:
             self._prefixes[prefix] = self._forward([], list(prefix))[0]
