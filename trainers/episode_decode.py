@@ -21,8 +21,11 @@ Greedy outputs are those of the per-turn path token for token, not bit for bit: 
 one row runs another kernel than over several, and a prompt prefilled in two chunks sums in another order, so
 logits differ in the last bits (about 1e-6 here) and only an exact tie could pick another token
 (tests/test_episodes.py compares every turn). Within this path the batch changes nothing: each row attends to its
-own keys, unpadded (:func:`_rows_attention`), and every decode step runs at least :data:`MIN_ROWS` rows (single-
-threaded, a product over 4 or more rows gives every row the same bits whatever the other rows are; measured).
+own keys, unpadded (:func:`_rows_attention`), and every decode step runs at least :data:`MIN_ROWS` rows, since on
+one CPU thread a matrix product over 4 or more rows gives every row the same bits whatever the other rows are
+(measured; over 1 to 3 rows it did not). Models under 50 M parameters decode on one thread. Split over two threads,
+a product gave one row other bits at some batch sizes (measured), so a larger model on several CPU threads, or a
+GPU, can see the last bits change with the batch as well; its turns then match token for token, exact ties aside.
 """
 
 from __future__ import annotations
