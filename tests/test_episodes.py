@@ -174,14 +174,14 @@ def test_token_drift_cuts_the_cache_back_to_what_the_render_shares(trained: tupl
     policy = ModelTurns(model, tokenizer, MAX_NEW_TOKENS)
     policy.begin()
     first = policy.next_turns([TurnRequest(0, messages, tools)])
-    cached = policy.decoded[0][0].prompt_ids + policy.decoded[0][0].new_ids[:-1]
+    previous = policy.decoded[0][0].prompt_ids + policy.decoded[0][0].new_ids
     # the conversation records another assistant turn than the one generated (as a template rewriting history would)
     rewritten = [*messages, {"role": "assistant", "content": "Let me check."}, {"role": "user", "content": "ok"}]
     second = policy.next_turns([TurnRequest(0, rewritten, tools)])
     full = prompt_ids(tokenizer, rewritten, tools)
-    kept = common_prefix(cached, full)
-    assert first[0] != "Let me check." and kept < len(cached)
-    assert policy.stats.drift_turns == 1 and policy.stats.drift_tokens == len(cached) - kept
+    shared = common_prefix(previous, full)
+    assert first[0] != "Let me check." and shared < len(previous)
+    assert policy.stats.drift_turns == 1 and policy.stats.drift_tokens == len(previous) - shared
     assert policy.decoded[0][1].prompt_ids == full
     expected = decode(model, full, stop_ids(tokenizer), max_new_tokens=MAX_NEW_TOKENS)
     assert policy.decoded[0][1].new_ids == expected.new_ids and second[0] == turn_text(tokenizer, expected.new_ids)

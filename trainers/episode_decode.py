@@ -62,9 +62,9 @@ class DecodeStats:
     shared_prefix: int = 0
     """Tokens of shared prefixes prefilled (part of ``prefilled``)."""
     drift_turns: int = 0
-    """Turns whose full render did not extend the episode's cached ids (token drift)."""
+    """Turns whose full render did not extend the episode's previous prompt and generated ids (token drift)."""
     drift_tokens: int = 0
-    """Cached tokens dropped and prefilled again because of token drift."""
+    """Of those previous ids, how many the render did not reproduce (their cache was dropped)."""
     generated: int = 0
     """Tokens generated."""
     decode_steps: int = 0
@@ -78,8 +78,10 @@ class DecodeStats:
 @dataclass
 class _Episode:
     ids: list[int]
-    """The token ids whose keys and values ``kv`` holds, in order."""
+    """Its previous prompt and the ids generated after it (or the shared prefix, before its first turn)."""
     kv: KV
+    """Keys and values of the first ``cached`` of ``ids`` (a turn's last generated id is never run)."""
+    cached: int
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -210,7 +212,7 @@ class ModelTurns:
         for request, prompt, (new_ids, finished, kv) in zip(requests, prompts, outputs, strict=True):
             self.decoded.setdefault(request.key, []).append(Decoded(prompt, new_ids, finished))
             if self.cacheable:
-                self._episodes[request.key] = _Episode(prompt + new_ids[:-1], kv)
+                self._episodes[request.key] = _Episode(prompt + new_ids, kv, len(prompt) + len(new_ids) - 1)
             self.stats.turns += 1
             self.stats.generated += len(new_ids)
             texts.append(turn_text(self.tokenizer, new_ids))
@@ -232,27 +234,27 @@ class ModelTurns:
 
         messages = request.messages
         if not self.cacheable or not messages or messages[0].get("role") != "system":
-            return _Episode([], [])
+            return _Episode([], [], 0)
         try:
             system = prompt_ids(self.tokenizer, messages[:1], request.tools)
         except (TemplateError, ValueError):  # a template that will not render a system message alone: no sharing
-            return _Episode([], [])
+            return _Episode([], [], 0)
         prefix = tuple(prompt[:min(common_prefix(system, prompt), len(prompt) - 1)])
         if prefix and prefix not in self._prefixes:
             self._prefixes[prefix] = self._forward([], list(prefix))[0]
             self.stats.prefilled += len(prefix)
             self.stats.shared_prefix += len(prefix)
-        return _Episode(list(prefix), self._prefixes.get(prefix, []))
+        return _Episode(list(prefix), self._prefixes.get(prefix, []), len(prefix))
 
     def _prefill(self, request: TurnRequest, prompt: list[int]) -> tuple[KV, int, Any]:
         """(the cache after ``prompt``, its length, the logits after it): only the ids beyond the cache are run."""
         self.stats.reference_prefill += len(prompt)
         episode = self._episodes.get(request.key) or self._start(request, prompt)
-        kept = common_prefix(episode.ids, prompt)
-        if kept < len(episode.ids):  # token drift: the render does not extend what the cache holds
+        shared = common_prefix(episode.ids, prompt)
+        if shared < len(episode.ids):  # token drift: the render does not extend the previous prompt and turn
             self.stats.drift_turns += 1
-            self.stats.drift_tokens += len(episode.ids) - kept
-        kept = min(kept, len(prompt) - 1)  # at least one id is run, for the logits of the first new token
+            self.stats.drift_tokens += len(episode.ids) - shared
+        kept = min(shared, episode.cached, len(prompt) - 1)  # at least one id is run, for the next logits
         kv = [(keys[:, :, :kept], values[:, :, :kept]) for keys, values in episode.kv]
         self.stats.prefilled += len(prompt) - kept
         kv, logits = self._forward(kv, prompt[kept:])
