@@ -52,37 +52,43 @@ def _cli(*args: str) -> str:
 
 
 class Counting:
-    """A sampling policy that counts the tokens it generates (``rollout`` resets the inner policy's turns)."""
+    """A sampling policy (:class:`trainers.grpo.Policy`) that counts the tokens the inner one generates."""
 
     def __init__(self, inner: Any) -> None:
-        self.inner, self.tokens = inner, 0
+        self.inner, self.tokens, self.slots = inner, 0, inner.slots
 
     @property
-    def turns(self) -> Any:
-        return self.inner.turns
+    def decoded(self) -> Any:
+        return self.inner.decoded
 
-    @turns.setter
-    def turns(self, value: Any) -> None:
-        self.inner.turns = value
+    def begin(self) -> None:
+        self.inner.begin()
 
-    def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
-        text = self.inner(messages, tools)
-        self.tokens += len(self.inner.turns[-1].new_ids)
-        return str(text)
+    def next_turns(self, requests: Any) -> list[str]:
+        texts = self.inner.next_turns(requests)
+        self.tokens += sum(len(self.inner.decoded[request.key][-1].new_ids) for request in requests)
+        return list(texts)
+
+    def end(self, key: int) -> None:
+        self.inner.end(key)
+
+    def done(self) -> None:
+        self.inner.done()
 
 
 def coin_reward() -> None:
     """Reward every rollout by the parity of the sum of its sampled token ids instead of VCode's verdict."""
     from trainers import grpo
 
-    verdict_rollout = grpo.rollout
+    verdict_rollouts = grpo.rollouts
 
-    def coin_rollout(policy: Any, runtime: Any, case: Any, max_turns: int) -> Any:
-        item = verdict_rollout(policy, runtime, case, max_turns)
-        item.reward = float(sum(sum(turn.new_ids) for turn in item.turns) % 2)
-        return item
+    def coin_rollouts(policy: Any, runtime: Any, cases: Any, max_turns: int) -> Any:
+        items = verdict_rollouts(policy, runtime, cases, max_turns)
+        for item in items:
+            item.reward = float(sum(sum(turn.new_ids) for turn in item.turns) % 2)
+        return items
 
-    grpo.rollout = coin_rollout
+    grpo.rollouts = coin_rollouts
 
 
 def main(argv: list[str] | None = None) -> None:

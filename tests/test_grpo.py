@@ -24,9 +24,10 @@ from blobkit.builder import BuildConfig, build_kit  # noqa: E402
 from blobkit.errors import TrainerError  # noqa: E402
 from trainers.budget import Budget  # noqa: E402
 from trainers.config import TrainConfig  # noqa: E402
+from trainers.episode_decode import ModelTurns  # noqa: E402
 from trainers.generation import Decoded  # noqa: E402
-from trainers.grpo import advantages, assert_same_tools, rl_cases, rollout  # noqa: E402
-from trainers.grpo_torch import Sampler, policy_loss  # noqa: E402
+from trainers.grpo import SerialPolicy, advantages, assert_same_tools, rl_cases, rollout  # noqa: E402
+from trainers.grpo_torch import policy_loss  # noqa: E402
 from trainers.run import run_training  # noqa: E402
 from trainers.tiny_model import TinyModelConfig, build_tiny_model, row_texts  # noqa: E402
 from world_format.canonical import canonical_json  # noqa: E402
@@ -52,17 +53,17 @@ def tiny(retail_kit: Kit, tmp_path_factory: pytest.TempPathFactory) -> Path:
         seed=3, hidden_size=32, num_layers=2, num_heads=2, vocab_size=700))
 
 
-class Scripted:
+class Scripted(SerialPolicy):
     """A policy that replays given assistant texts (a stand-in for the model, not for the world)."""
 
     def __init__(self, texts: list[str]) -> None:
-        self.texts = texts
-        self.turns: list[Decoded] = []
+        super().__init__()
+        self.texts, self.written = texts, 0
 
-    def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
-        text = self.texts[len(self.turns)] if len(self.turns) < len(self.texts) else "I don't know."
-        self.turns.append(Decoded([], [], True))
-        return text
+    def turn(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> tuple[str, Decoded]:
+        text = self.texts[self.written] if self.written < len(self.texts) else "I don't know."
+        self.written += 1
+        return text, Decoded([], [], True)
 
 
 def _assistant_texts(row: dict[str, Any]) -> list[str]:
@@ -158,7 +159,7 @@ def test_one_update_raises_the_likelihood_of_the_rewarded_attempt(retail_kit: Ki
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny, use_safetensors=True),
                            LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM"))
     _, case = _write_row(retail_kit)
-    sampler = Sampler(model, tokenizer, 12, 1.0, torch.Generator().manual_seed(0))
+    sampler = ModelTurns(model, tokenizer, 12, 1.0, torch.Generator().manual_seed(0))
     runtime = retail_kit.world().runtime()
     try:
         attempts = [rollout(sampler, runtime, case, max_turns=1) for _ in range(2)]

@@ -276,9 +276,10 @@ def test_one_grpo_update_in_mlx_matches_torch_on_the_same_trajectories(
     import torch
     from mlx.utils import tree_flatten
 
+    from trainers.episode_decode import ModelTurns
     from trainers.grpo import PolicySource, rl_cases, rollout
     from trainers.grpo_mlx import MLXGRPOBackend, MLXSampler, load_mlx_policy, policy_loss_and_grads
-    from trainers.grpo_torch import Sampler, TorchGRPOBackend, load_torch_policy, policy_loss
+    from trainers.grpo_torch import TorchGRPOBackend, load_torch_policy, policy_loss
 
     adapter = (random_peft_adapter(tiny_dir, tmp_path / "peft") if made_by == "local-torch"
                else random_mlx_made_peft_adapter(tiny_dir, tmp_path))
@@ -291,7 +292,7 @@ def test_one_grpo_update_in_mlx_matches_torch_on_the_same_trajectories(
         cases = rl_cases(kit, rows)
         runtime = kit.world().runtime()
         try:  # two groups; in each, one attempt sampled by torch and one by mlx
-            torch_sampler = Sampler(torch_model, tokenizer, 16, 1.0, torch.Generator().manual_seed(1))
+            torch_sampler = ModelTurns(torch_model, tokenizer, 16, 1.0, torch.Generator().manual_seed(1))
             mlx_sampler = MLXSampler(mlx_model, tokenizer, 16, 1.0, seed=1)
             trajectories = [rollout(sampler, runtime, case, 2) for case in cases[:2]
                             for sampler in (torch_sampler, mlx_sampler)]
@@ -355,16 +356,17 @@ def test_a_tiny_local_mlx_grpo_run_through_the_cli_updates_stops_at_the_call_bud
     from trainers import grpo
     from trainers.export import verify_export
 
-    real_rollout = grpo.rollout
+    real_rollouts = grpo.rollouts
 
-    def coin_rollout(policy: Any, runtime: Any, case: Any, max_turns: int) -> Any:
-        """The real episode, rewarded by the parity of its first sampled token: a stand-in verdict that a random
-        tiny model gets right half the time, so groups vary and updates happen."""
-        item = real_rollout(policy, runtime, case, max_turns)
-        item.reward = float(item.turns[0].new_ids[0] % 2)
-        return item
+    def coin_rollouts(policy: Any, runtime: Any, cases: Any, max_turns: int) -> Any:
+        """The real episodes, each rewarded by the parity of its first sampled token: a stand-in verdict that a
+        random tiny model gets right half the time, so groups vary and updates happen."""
+        items = real_rollouts(policy, runtime, cases, max_turns)
+        for item in items:
+            item.reward = float(item.turns[0].new_ids[0] % 2)
+        return items
 
-    monkeypatch.setattr(grpo, "rollout", coin_rollout)
+    monkeypatch.setattr(grpo, "rollouts", coin_rollouts)
     with open_kit(kit_path) as kit:
         sha = kit.sha256
     start = lora_export(tiny_dir, random_peft_adapter(tiny_dir, tmp_path / "peft"), tmp_path / "sft" / "export", sha)

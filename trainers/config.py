@@ -95,6 +95,11 @@ class TrainConfig(BaseModel):
     """Turn cap of an evaluation episode, a GRPO rollout and a replay."""
     max_new_tokens: int = Field(128, ge=8)
     """Tokens per generated assistant turn."""
+    episode_batch: int = Field(8, ge=1)
+    """Episodes decoded together (held-out evaluation and GRPO rollouts): the shared system prompt and tool list
+    prefilled once, each episode keeping its KV cache across its turns, their decode steps run as one batch. 1
+    decodes one episode at a time. Greedy turns do not depend on it (bit for bit on one CPU thread, where models
+    under 50 M parameters decode)."""
     eval_limit: int | None = Field(None, ge=1)
     """Evaluate at most this many held-out cases (default: all)."""
     init_adapter: Path | None = None

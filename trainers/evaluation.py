@@ -7,14 +7,18 @@ tool call is answered by the case's next scripted customer turn (a multi-turn ta
 confirmation), and once the script is used up it is the final answer; the turn cap ends the episode
 otherwise. The case's verifier then
 judges the trace, the final state and the answer. Held-out evaluation, GRPO rollouts (a rollout is
-an episode sampled from the policy) and ``blobkit replay`` all run this same function.
+an episode sampled from the policy) and ``blobkit replay`` all run this same loop
+(:func:`run_episodes`), which keeps up to ``policy.slots`` episodes in progress, each on its own
+fork of the runtime, and asks the policy for the next turn of all of them at once
+(:class:`~trainers.turns.TurnPolicy`), so a model can decode them as one batch.
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -26,11 +30,11 @@ from world_format.runtime import ToolEvent, WorldRuntime
 from world_format.vcode import Verdict, evaluate
 
 from .chat_format import parse_assistant_output
+from .episode_decode import DEFAULT_SLOTS, ModelTurns
 from .generation import generate_turn
 from .intervals import rate_record
+from .turns import Generate, TurnPolicy, TurnRequest, as_turn_policy
 
-Generate = Callable[[list[dict[str, Any]], list[dict[str, Any]]], str]
-"""A policy: (messages, tools) → the text of the next assistant turn."""
 CaseKind = Literal["read", "write", "refusal"]
 
 
@@ -89,37 +93,100 @@ def case_entity(case: KitCase) -> str:
     return case.entity or f"{case.anchor.get('table')}:{canonical_json(case.anchor.get('key'))}"
 
 
-def run_episode(generate: Generate, runtime: WorldRuntime, case: KitCase, max_turns: int) -> EpisodeResult:
-    """Run one case on an isolated copy of the seed; return the trace and the verdict."""
-    if case.prompt is None:
-        raise ValueError(f"case {case.case_id} has no prompt (only held-out and RL cases carry one)")
-    conversation = Conversation.resume(case.prompt.messages)
-    tools = case.prompt.tools
-    scripted = list(case.task.turns)
-    parse_failures, answer, turns = 0, None, 0
-    with runtime.episode() as episode:
-        for turn in range(1, max_turns + 1):
-            turns = turn
-            parsed = parse_assistant_output(generate(conversation.messages, tools))
-            if parsed.parse_errors:
-                parse_failures += len(parsed.parse_errors)
-                conversation.unparsed(parsed.content, parsed.parse_errors)
-                continue
-            if not parsed.tool_calls:
-                conversation.answer(parsed.content)
-                if scripted:  # the agent asked: the customer's next scripted turn answers it
-                    conversation.user(scripted.pop(0).user)
-                    episode.deliver_turn()
-                    continue
-                answer = parsed.content
-                break
+class _Run:
+    """One episode in progress: its conversation, its isolated state, and what the model did so far."""
+
+    def __init__(self, key: int, case: KitCase, runtime: WorldRuntime, max_turns: int) -> None:
+        if case.prompt is None:
+            raise ValueError(f"case {case.case_id} has no prompt (only held-out and RL cases carry one)")
+        self.key, self.case, self.runtime, self.max_turns = key, case, runtime, max_turns
+        self.conversation = Conversation.resume(case.prompt.messages)
+        self.tools = case.prompt.tools
+        self.scripted = list(case.task.turns)
+        self.parse_failures, self.turns = 0, 0
+        self.answer: str | None = None
+        self.stack = ExitStack()
+        self.episode = self.stack.enter_context(runtime.episode())
+
+    def request(self) -> TurnRequest:
+        """What the policy is asked for this turn."""
+        return TurnRequest(self.key, self.conversation.messages, self.tools)
+
+    def advance(self, text: str) -> bool:
+        """Apply one generated assistant turn; True when the episode is over (a final answer or the turn cap)."""
+        self.turns += 1
+        conversation, parsed = self.conversation, parse_assistant_output(text)
+        if parsed.parse_errors:
+            self.parse_failures += len(parsed.parse_errors)
+            conversation.unparsed(parsed.content, parsed.parse_errors)
+        elif not parsed.tool_calls:
+            conversation.answer(parsed.content)
+            if not self.scripted:
+                self.answer = parsed.content
+                return True
+            conversation.user(self.scripted.pop(0).user)  # the agent asked: the customer's next scripted turn
+            self.episode.deliver_turn()
+        else:
             calls = [(call["name"], call["arguments"]) for call in parsed.tool_calls]
             for ident, (name, arguments) in zip(conversation.tool_calls(calls, parsed.content), calls, strict=True):
-                conversation.observation(ident, name, episode.call(name, arguments).observation)
-        verdict = evaluate(case.task.vcode, episode, answer, case.task.answer)
-        trace = tuple(episode.trace)
-    return EpisodeResult(case.case_id, case.template, case_kind(case.task, runtime.world), verdict, answer, turns,
-                         parse_failures, trace, tuple(conversation.messages), case_entity(case))
+                conversation.observation(ident, name, self.episode.call(name, arguments).observation)
+        return self.turns >= self.max_turns
+
+    def finish(self) -> EpisodeResult:
+        """The verifier's verdict on the episode; its changes to the state are rolled back."""
+        with self.stack:
+            verdict = evaluate(self.case.task.vcode, self.episode, self.answer, self.case.task.answer)
+            trace = tuple(self.episode.trace)
+        case = self.case
+        return EpisodeResult(case.case_id, case.template, case_kind(case.task, self.runtime.world), verdict,
+                             self.answer, self.turns, self.parse_failures, trace, tuple(self.conversation.messages),
+                             case_entity(case))
+
+
+def run_episodes(policy: TurnPolicy | Generate, runtime: WorldRuntime, cases: Sequence[KitCase], max_turns: int,
+                 progress: Callable[[int, int], None] | None = None) -> list[EpisodeResult]:
+    """Run every case on an isolated copy of the seed, up to ``policy.slots`` at a time; results in case order.
+
+    Each round asks the policy for the next turn of every episode in progress (in case order); a finished
+    episode's slot goes to the next case. Episodes side by side run on forks of ``runtime``. A policy given as
+    a plain ``(messages, tools) -> text`` function runs one episode at a time. ``progress(index, total)`` is
+    called as each case starts. Raises ValueError for a case without a prompt.
+    """
+    turn_policy = as_turn_policy(policy)
+    for case in cases:
+        if case.prompt is None:
+            raise ValueError(f"case {case.case_id} has no prompt (only held-out and RL cases carry one)")
+    forks = [runtime.fork() for _ in range(min(turn_policy.slots, len(cases)) - 1)]
+    free = [runtime, *forks]
+    queue, live, results = deque(enumerate(cases)), dict[int, _Run](), dict[int, EpisodeResult]()
+    turn_policy.begin()
+    try:
+        while queue or live:
+            while queue and free:
+                key, case = queue.popleft()
+                if progress:
+                    progress(key, len(cases))
+                live[key] = _Run(key, case, free.pop(0), max_turns)
+            order = sorted(live)
+            texts = turn_policy.next_turns([live[key].request() for key in order])
+            for key, text in zip(order, texts, strict=True):
+                if live[key].advance(text):
+                    run = live.pop(key)
+                    results[key] = run.finish()
+                    turn_policy.end(key)
+                    free.append(run.runtime)
+    finally:
+        for run in live.values():
+            run.stack.close()
+        turn_policy.done()
+        for fork in forks:
+            fork.close()
+    return [results[index] for index in range(len(cases))]
+
+
+def run_episode(policy: TurnPolicy | Generate, runtime: WorldRuntime, case: KitCase, max_turns: int) -> EpisodeResult:
+    """Run one case on an isolated copy of the seed; return the trace and the verdict (:func:`run_episodes`)."""
+    return run_episodes(policy, runtime, [case], max_turns)[0]
 
 
 def case_prompt(case: KitCase, world: World) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -188,10 +255,20 @@ def replay_trajectory(runtime: WorldRuntime, case: KitCase, messages: Sequence[d
 
 
 def model_generator(model: Any, tokenizer: Any, max_new_tokens: int) -> Generate:
-    """A greedy policy over a loaded model."""
+    """The per-turn greedy policy: every turn renders the whole conversation and prefills it from scratch.
+
+    One episode at a time. It is the reference :func:`model_policy` matches token for token
+    (tests/test_episodes.py).
+    """
     def generate(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
         return generate_turn(model, tokenizer, messages, tools, max_new_tokens=max_new_tokens)
     return generate
+
+
+def model_policy(model: Any, tokenizer: Any, max_new_tokens: int, slots: int = DEFAULT_SLOTS) -> ModelTurns:
+    """The greedy policy over a loaded model: ``slots`` episodes decoded together, a KV cache kept per episode
+    across its turns and the shared prefix prefilled once (:mod:`trainers.episode_decode`)."""
+    return ModelTurns(model, tokenizer, max_new_tokens, slots=slots)
 
 
 @dataclass(frozen=True)
@@ -234,12 +311,7 @@ class EvalSummary:
         }
 
 
-def evaluate_cases(generate: Generate, runtime: WorldRuntime, cases: Sequence[KitCase], max_turns: int,
+def evaluate_cases(policy: TurnPolicy | Generate, runtime: WorldRuntime, cases: Sequence[KitCase], max_turns: int,
                    progress: Callable[[int, int], None] | None = None) -> EvalSummary:
-    """Run every case; return the summary (which holds the per-case results)."""
-    results = []
-    for index, case in enumerate(cases):
-        if progress:
-            progress(index, len(cases))
-        results.append(run_episode(generate, runtime, case, max_turns))
-    return EvalSummary(tuple(results))
+    """Run every case (:func:`run_episodes`); return the summary (which holds the per-case results)."""
+    return EvalSummary(tuple(run_episodes(policy, runtime, cases, max_turns, progress)))

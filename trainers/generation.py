@@ -39,11 +39,12 @@ class Decoded:
 SMALL_MODEL_PARAMETERS = 50_000_000
 
 
-def _is_small(model: Any) -> bool:
+def is_small_model(model: Any) -> bool:
+    """Whether the model has under :data:`SMALL_MODEL_PARAMETERS` parameters (decoded on one CPU thread)."""
     return sum(p.numel() for p in model.parameters()) < SMALL_MODEL_PARAMETERS
 
 
-def _cache_argument(model: Any) -> str:
+def cache_argument(model: Any) -> str:
     """transformers 5.24 renamed ``past_key_values`` to ``cache``; use whichever this version takes."""
     import inspect
 
@@ -70,13 +71,13 @@ def decode(model: Any, prompt_ids: list[int], end_ids: list[int], *, max_new_tok
     new_ids: list[int] = []
     finished = False
     threads = torch.get_num_threads()
-    if device.type == "cpu" and _is_small(model):
+    if device.type == "cpu" and is_small_model(model):
         # One token through a tiny model is far too little work to split across threads; on a
         # loaded 2-core machine thread hand-offs made each token 5-20x slower (measured).
         torch.set_num_threads(1)
     try:
         with torch.inference_mode():
-            cache = {_cache_argument(model): _new_cache(model)}
+            cache = {cache_argument(model): _new_cache(model)}
             output = model(input_ids=torch.tensor([prompt_ids], device=device), use_cache=True, logits_to_keep=1,
                            **cache)
             for _ in range(max_new_tokens):

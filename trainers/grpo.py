@@ -9,9 +9,9 @@ model calls; its ``rollout_func`` would leave us writing the same loop plus glue
 is small, seeded and on-policy:
 
 * each step draws ``batch_size // group_size`` training prompts; every prompt gets
-  ``group_size`` sampled episodes (``run_episode``: parse the chat template's tool-call format,
+  ``group_size`` sampled episodes (``run_episodes``: parse the chat template's tool-call format,
   validate against the declared JSON Schemas, execute, feed the observation back as a tool
-  message, stop at a final answer or the turn cap);
+  message, stop at a final answer or the turn cap), all of the step's episodes decoded together;
 * reward = 1 if VCode passes the episode, else 0 (a verifier *error* is counted, never rewarded);
   no shaping terms;
 * advantage = reward - group mean (mean-centred, not divided by the group std, as in the Tinker
@@ -23,8 +23,8 @@ is small, seeded and on-policy:
   zero reward variance carry no signal and apply no update (recorded).
 
 Everything above is this module's, whatever the target. A target contributes a
-:class:`GRPOBackend`, the two parts that differ: decoding a turn (a seeded sampling policy that
-keeps the exact token ids it produced) and the update (the loss above on those ids, gradients
+:class:`GRPOBackend`, the two parts that differ: decoding turns (a seeded sampling :class:`Policy`
+that keeps the exact token ids it produced, per episode) and the update (the loss above on those ids, gradients
 clipped at 1.0, one AdamW step, the adapter saved in PEFT format). local-torch's is
 :mod:`trainers.grpo_torch`, local-mlx's :mod:`trainers.grpo_mlx`; both start from the same
 :class:`PolicySource`, and the start and end evaluations run on torch in the run skeleton.
@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -45,21 +46,53 @@ from world_format.kit import Kit, KitCase, Prompt
 from .budget import Budget, Log
 from .config import TrainConfig
 from .errors import ConfigError, TrainerError
-from .evaluation import EpisodeResult, EvalSummary, run_episode
+from .evaluation import EpisodeResult, EvalSummary, run_episodes
 from .export import verify_export
 from .fit import FitResult
 from .generation import Decoded
+from .turns import TurnPolicy, TurnRequest
 
 MAX_GRAD_NORM = 1.0
 """Gradient clipping of every GRPO update, on every target."""
 
 
-class Policy(Protocol):
-    """Anything that writes assistant turns for ``run_episode`` and keeps the turns' token ids."""
+class Policy(TurnPolicy, Protocol):
+    """A :class:`~trainers.turns.TurnPolicy` that keeps the token ids of every turn it wrote, per episode."""
 
-    turns: list[Decoded]
+    decoded: dict[int, list[Decoded]]
+    """Episode key → its turns' ids, in order, from :meth:`begin` until the next :meth:`begin`."""
 
-    def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str: ...
+
+class SerialPolicy:
+    """A :class:`Policy` that writes one turn at a time: subclasses give :meth:`turn`."""
+
+    slots = 1
+
+    def __init__(self) -> None:
+        self.decoded: dict[int, list[Decoded]] = {}
+
+    def turn(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> tuple[str, Decoded]:
+        """The text and the token ids of the next assistant turn after ``messages``."""
+        raise NotImplementedError
+
+    def begin(self) -> None:
+        """Forget the turns of the previous run."""
+        self.decoded = {}
+
+    def next_turns(self, requests: Sequence[TurnRequest]) -> list[str]:
+        """Each request's turn from :meth:`turn`, recorded under its episode."""
+        texts = []
+        for request in requests:
+            text, decoded = self.turn(request.messages, request.tools)
+            self.decoded.setdefault(request.key, []).append(decoded)
+            texts.append(text)
+        return texts
+
+    def end(self, key: int) -> None:
+        """Nothing kept per episode but its records."""
+
+    def done(self) -> None:
+        """Nothing kept per run but the records."""
 
 
 @dataclass
@@ -150,15 +183,21 @@ def assert_same_tools(rows: list[dict[str, Any]], cases: list[KitCase]) -> None:
             raise TrainerError(f"case {case.case_id}: its tool schemas differ from those in the SFT rows")
 
 
-def rollout(policy: Policy, runtime: Any, case: KitCase, max_turns: int) -> Rollout:
-    """Run one episode on an isolated copy of the seed and score it: reward 1 iff VCode passes.
+def rollouts(policy: Policy, runtime: Any, cases: Sequence[KitCase], max_turns: int) -> list[Rollout]:
+    """Run one episode per case (decoded together, each on an isolated copy of the seed) and score each:
+    reward 1 iff VCode passes. A verifier error is recorded on the rollout and rewarded 0, never 1."""
+    episodes = run_episodes(policy, runtime, cases, max_turns)
+    out = []
+    for key, (case, episode) in enumerate(zip(cases, episodes, strict=True)):
+        error = episode.verdict.outcome == "error"
+        out.append(Rollout(case.case_id, list(policy.decoded.get(key, [])), episode, 1.0 if episode.passed else 0.0,
+                           error))
+    return out
 
-    A verifier error is recorded on the rollout and rewarded 0, never 1.
-    """
-    policy.turns = []
-    episode = run_episode(policy, runtime, case, max_turns)
-    error = episode.verdict.outcome == "error"
-    return Rollout(case.case_id, list(policy.turns), episode, 1.0 if episode.passed else 0.0, error)
+
+def rollout(policy: Policy, runtime: Any, case: KitCase, max_turns: int) -> Rollout:
+    """One episode of ``case``, scored (:func:`rollouts`)."""
+    return rollouts(policy, runtime, [case], max_turns)[0]
 
 
 def advantages(rewards: list[float], group_size: int) -> list[float]:
@@ -236,14 +275,14 @@ class GRPOTrainer:
         config, started = self.config, time.monotonic()
         prompts = max(1, config.batch_size // config.group_size)
         chosen = order.sample(self.cases, min(prompts, len(self.cases)))
-        rollouts = [rollout(sampler, runtime, case, config.max_turns) for case in chosen
-                    for _ in range(config.group_size)]
-        weights = advantages([r.reward for r in rollouts], config.group_size)
+        group = rollouts(sampler, runtime, [case for case in chosen for _ in range(config.group_size)],
+                         config.max_turns)
+        weights = advantages([r.reward for r in group], config.group_size)
         updated, loss_value = False, 0.0
         if any(weights):
-            loss_value, updated = self.backend.update(rollouts, weights), True
-        calls = sum(len(r.turns) for r in rollouts)
-        return _step_record(step, rollouts, config.group_size, updated, loss_value, calls, time.monotonic() - started)
+            loss_value, updated = self.backend.update(group, weights), True
+        calls = sum(len(r.turns) for r in group)
+        return _step_record(step, group, config.group_size, updated, loss_value, calls, time.monotonic() - started)
 
     def fit(self, budget: Budget, log: Log) -> FitResult:
         """Up to ``steps`` steps, each started only when its worst case fits the budget; rl_steps.jsonl as it goes."""

@@ -26,7 +26,7 @@ from typing import Any
 
 from .config import TrainConfig
 from .generation import Decoded, prompt_ids, stop_ids, turn_text
-from .grpo import MAX_GRAD_NORM, PolicySource, Rollout, scored_turns
+from .grpo import MAX_GRAD_NORM, PolicySource, Rollout, SerialPolicy, scored_turns
 from .lora import mlx_lora_parameters
 from .mlx_adapter import ADAPTER_CONFIG, mlx_to_peft, peft_to_mlx
 from .sft_mlx import import_mlx, load_mlx_model, local_model_dir, lora_mlx_model, save_mlx_adapter
@@ -56,23 +56,27 @@ def mlx_decode(model: Any, prompt: list[int], end_ids: list[int], *, max_new_tok
     return Decoded(prompt_ids=list(prompt), new_ids=new_ids, finished=finished), key
 
 
-class MLXSampler:
-    """A sampling policy for ``run_episode`` over an mlx model that keeps the exact token ids of every turn."""
+class MLXSampler(SerialPolicy):
+    """A sampling policy over an mlx model that keeps the exact token ids of every turn, one turn at a time.
+
+    Each turn prefills its whole prompt (as local-torch's per-turn path did): mlx runs on Apple silicon, whose
+    prefill is fast, and its CPU backend here only serves the tests.
+    """
 
     def __init__(self, model: Any, tokenizer: Any, max_new_tokens: int, temperature: float, seed: int) -> None:
+        super().__init__()
         mx, _, _ = import_mlx()
         self.model, self.tokenizer = model, tokenizer
         self.max_new_tokens, self.temperature = max_new_tokens, temperature
         self.key = mx.random.key(seed)
         self.end_ids = stop_ids(tokenizer)
-        self.turns: list[Decoded] = []
 
-    def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+    def turn(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> tuple[str, Decoded]:
+        """Decode one turn after the whole rendered prompt, advancing the sampler's key."""
         decoded, self.key = mlx_decode(self.model, prompt_ids(self.tokenizer, messages, tools), self.end_ids,
                                        max_new_tokens=self.max_new_tokens, temperature=self.temperature,
                                        key=self.key)
-        self.turns.append(decoded)
-        return turn_text(self.tokenizer, decoded.new_ids)
+        return turn_text(self.tokenizer, decoded.new_ids), decoded
 
 
 def load_mlx_policy(source: PolicySource, config: TrainConfig) -> tuple[Any, dict[str, Any]]:

@@ -1,39 +1,20 @@
-"""GRPO's local-torch half (:class:`~trainers.grpo.GRPOBackend`): PEFT LoRA, the KV-cached decode loop, AdamW.
+"""GRPO's local-torch half (:class:`~trainers.grpo.GRPOBackend`): PEFT LoRA, batched KV-cached decoding, AdamW.
 
 The loop, rewards, advantages, budgets and records are :mod:`trainers.grpo`'s; this module only
-decodes turns (keeping their token ids) and applies the policy-gradient update in torch.
+decodes turns (:class:`~trainers.episode_decode.ModelTurns`, keeping their token ids) and applies the
+policy-gradient update in torch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .config import TrainConfig
-from .generation import Decoded, decode, prompt_ids, stop_ids, turn_text
+from .episode_decode import ModelTurns
 from .grpo import MAX_GRAD_NORM, PolicySource, Rollout, scored_turns
 from .lora import peft_lora_config
 from .sft_torch import canonicalise_adapter_config
-
-
-@dataclass
-class Sampler:
-    """A sampling policy for ``run_episode`` that keeps the exact token ids of every turn it produced."""
-
-    model: Any
-    tokenizer: Any
-    max_new_tokens: int
-    temperature: float
-    generator: Any
-    turns: list[Decoded] = field(default_factory=list)
-
-    def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
-        decoded = decode(self.model, prompt_ids(self.tokenizer, messages, tools), stop_ids(self.tokenizer),
-                         max_new_tokens=self.max_new_tokens, temperature=self.temperature,
-                         generator=self.generator)
-        self.turns.append(decoded)
-        return turn_text(self.tokenizer, decoded.new_ids)
 
 
 def policy_loss(model: Any, rollouts: list[Rollout], weights: list[float]) -> tuple[Any, int]:
@@ -85,13 +66,14 @@ class TorchGRPOBackend:
         """The model GRPO trains, before any update."""
         return self.model, self.tokenizer
 
-    def sampler(self) -> Sampler:
-        """Sampling at the config's temperature from a torch generator seeded with ``config.seed``."""
+    def sampler(self) -> ModelTurns:
+        """Sampling at the config's temperature from a torch generator seeded with ``config.seed``; a step's
+        episodes are decoded ``config.episode_batch`` at a time."""
         import torch
 
         config = self.config
-        return Sampler(self.model, self.tokenizer, config.max_new_tokens, config.temperature,
-                       torch.Generator().manual_seed(config.seed))
+        return ModelTurns(self.model, self.tokenizer, config.max_new_tokens, config.temperature,
+                          torch.Generator().manual_seed(config.seed), slots=config.episode_batch)
 
     def update(self, rollouts: list[Rollout], weights: list[float]) -> float:
         """Zero the gradients, backpropagate the policy loss, clip at 1.0, one AdamW step."""

@@ -15,7 +15,7 @@ from world_format.kit import Kit
 
 from .config import TrainConfig
 from .errors import ConfigError
-from .evaluation import EpisodeResult, model_generator, run_episode
+from .evaluation import EpisodeResult, model_policy, run_episode
 from .export import load_export
 
 
@@ -32,7 +32,7 @@ def replay_case(export: Path, kit: Kit, case_id: str | None = None, *, max_turns
     tokens = max_new_tokens or trained.max_new_tokens
     runtime = kit.world().runtime()
     try:
-        return run_episode(model_generator(model, tokenizer, tokens), runtime, chosen, turns), manifest
+        return run_episode(model_policy(model, tokenizer, tokens), runtime, chosen, turns), manifest
     finally:
         runtime.close()
 

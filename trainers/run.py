@@ -22,7 +22,7 @@ from world_format.loaded import LoadedWorld
 from .budget import Budget, Log, Stop
 from .config import TrainConfig
 from .errors import TargetUnavailableError
-from .evaluation import EvalSummary, evaluate_cases, model_generator
+from .evaluation import EvalSummary, evaluate_cases, model_policy
 from .export import export_model, load_export, merge_export
 from .fit import Trainer
 from .intervals import rate_text
@@ -35,8 +35,8 @@ def evaluate_policy(model: Any, tokenizer: Any, loaded: LoadedWorld, cases: list
     runtime = loaded.runtime()
     try:
         started = time.monotonic()
-        summary = evaluate_cases(model_generator(model, tokenizer, config.max_new_tokens), runtime, cases,
-                                 config.max_turns)
+        summary = evaluate_cases(model_policy(model, tokenizer, config.max_new_tokens, config.episode_batch),
+                                 runtime, cases, config.max_turns)
     finally:
         runtime.close()
     log(f"{label}: held-out pass rate {rate_text(summary.to_json())} ({time.monotonic() - started:.0f}s)")

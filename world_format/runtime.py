@@ -222,6 +222,15 @@ class WorldRuntime:
                 conn.execute("RELEASE bk_episode")
             self._in_episode = False
 
+    def fork(self) -> WorldRuntime:
+        """Another runtime on the same seed, with its own connections (sharing the seed digests and the time budget).
+
+        Episodes of one runtime cannot overlap; episodes run side by side (a batch of cases decoded together)
+        each take a fork.
+        """
+        return WorldRuntime(self.world, self.pristine.serialize(), timeout_s=self.guard.timeout_s,
+                            digests=self.digests)
+
     def close(self) -> None:
         """Close both connections."""
         self.conn.close()
