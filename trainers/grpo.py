@@ -48,6 +48,7 @@ from .errors import ConfigError, TrainerError
 from .evaluation import EpisodeResult, EvalSummary, run_episode
 from .export import verify_export
 from .fit import FitResult
+from .formats import ToolFormat
 from .generation import Decoded
 
 MAX_GRAD_NORM = 1.0
@@ -58,6 +59,8 @@ class Policy(Protocol):
     """Anything that writes assistant turns for ``run_episode`` and keeps the turns' token ids."""
 
     turns: list[Decoded]
+    tool_format: ToolFormat
+    """The format its turns are parsed in (the one its tokenizer carries)."""
 
     def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str: ...
 
@@ -156,7 +159,7 @@ def rollout(policy: Policy, runtime: Any, case: KitCase, max_turns: int) -> Roll
     A verifier error is recorded on the rollout and rewarded 0, never 1.
     """
     policy.turns = []
-    episode = run_episode(policy, runtime, case, max_turns)
+    episode = run_episode(policy, runtime, case, max_turns, policy.tool_format)
     error = episode.verdict.outcome == "error"
     return Rollout(case.case_id, list(policy.turns), episode, 1.0 if episode.passed else 0.0, error)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import TrainConfig
+from .formats import DEFAULT_FORMAT, ToolFormat, apply_tool_format, format_of
 from .generation import Decoded, decode, prompt_ids, stop_ids, turn_text
 from .grpo import MAX_GRAD_NORM, PolicySource, Rollout, scored_turns
 from .lora import peft_lora_config
@@ -26,14 +27,15 @@ class Sampler:
     max_new_tokens: int
     temperature: float
     generator: Any
+    tool_format: ToolFormat = DEFAULT_FORMAT
     turns: list[Decoded] = field(default_factory=list)
 
     def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
-        decoded = decode(self.model, prompt_ids(self.tokenizer, messages, tools), stop_ids(self.tokenizer),
-                         max_new_tokens=self.max_new_tokens, temperature=self.temperature,
-                         generator=self.generator)
+        decoded = decode(self.model, prompt_ids(self.tokenizer, messages, tools),
+                         stop_ids(self.tokenizer, self.tool_format), max_new_tokens=self.max_new_tokens,
+                         temperature=self.temperature, generator=self.generator)
         self.turns.append(decoded)
-        return turn_text(self.tokenizer, decoded.new_ids)
+        return turn_text(self.tokenizer, decoded.new_ids, self.tool_format)
 
 
 def policy_loss(model: Any, rollouts: list[Rollout], weights: list[float]) -> tuple[Any, int]:
@@ -58,12 +60,16 @@ def policy_loss(model: Any, rollouts: list[Rollout], weights: list[float]) -> tu
 
 
 def load_torch_policy(source: PolicySource, config: TrainConfig) -> tuple[Any, Any]:
-    """(trainable PEFT model, tokenizer): the source's adapter, or a fresh LoRA seeded with ``config.seed``."""
+    """(trainable PEFT model, tokenizer): the source's adapter, or a fresh LoRA seeded with ``config.seed``.
+
+    The tokenizer carries the tool format ``config.tool_format`` chooses (an export keeps its own under ``auto``).
+    """
     import torch
     from peft import PeftModel, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(source.tokenizer)
+    apply_tool_format(tokenizer, config.tool_format, where=source.tokenizer)
     model = AutoModelForCausalLM.from_pretrained(source.base["name_or_path"], use_safetensors=True,
                                                  revision=source.revision)
     if source.adapter is not None:
@@ -91,7 +97,7 @@ class TorchGRPOBackend:
 
         config = self.config
         return Sampler(self.model, self.tokenizer, config.max_new_tokens, config.temperature,
-                       torch.Generator().manual_seed(config.seed))
+                       torch.Generator().manual_seed(config.seed), format_of(self.tokenizer))
 
     def update(self, rollouts: list[Rollout], weights: list[float]) -> float:
         """Zero the gradients, backpropagate the policy loss, clip at 1.0, one AdamW step."""
