@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .base_identity import pinned_base_path
 from .config import TrainConfig
 from .formats import DEFAULT_FORMAT, ToolFormat, apply_tool_format, format_of
 from .generation import Decoded, decode, prompt_ids, stop_ids, turn_text
@@ -70,7 +71,7 @@ def load_torch_policy(source: PolicySource, config: TrainConfig) -> tuple[Any, A
 
     tokenizer = AutoTokenizer.from_pretrained(source.tokenizer)
     apply_tool_format(tokenizer, config.tool_format, where=source.tokenizer)
-    model = AutoModelForCausalLM.from_pretrained(source.base["name_or_path"], use_safetensors=True,
+    model = AutoModelForCausalLM.from_pretrained(pinned_base_path(source.base), use_safetensors=True,
                                                  revision=source.revision)
     if source.adapter is not None:
         return PeftModel.from_pretrained(model, source.adapter, is_trainable=True), tokenizer

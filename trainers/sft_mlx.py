@@ -29,6 +29,7 @@ from typing import Any
 from world_format.canonical import atomic_write_json
 from world_format.kit import Kit
 
+from .base_identity import pinned_base_path
 from .budget import Budget, Log, Stop
 from .config import TrainConfig
 from .errors import ConfigError, TargetUnavailableError, TrainerError
@@ -114,9 +115,10 @@ def load_mlx_model(model_dir: Path) -> Any:
 
 
 def local_model_dir(base: dict[str, Any]) -> Path:
-    """The base's directory on disk: a local base as is, a hub base from the Hugging Face cache/download."""
-    if base["source"] == "local":
-        return Path(base["name_or_path"])
+    """The base's directory on disk: a local or registry base as is (after its sha256 check), a hub base from the
+    Hugging Face cache/download."""
+    if base["source"] in ("local", "registry"):
+        return Path(pinned_base_path(base))
     from huggingface_hub import snapshot_download
 
     return Path(snapshot_download(base["name_or_path"], revision=base.get("revision"), allow_patterns=HUB_PATTERNS))

@@ -51,8 +51,8 @@ def _training_row(row: dict[str, Any]) -> dict[str, Any]:
     return {"messages": row["messages"], "tools": row.get("tools") or []}
 
 
-def count_row_tokens(tokenizer: Any, row: dict[str, Any]) -> int:
-    """Number of tokens the chat template gives ``row`` (as the trainer will tokenize it).
+def row_ids(tokenizer: Any, row: dict[str, Any]) -> list[int]:
+    """The token ids the chat template gives ``row`` (as the trainer will tokenize it).
 
     ToolFormatError when the template refuses the row (Llama 3.x: two calls in one turn).
     """
@@ -66,7 +66,12 @@ def count_row_tokens(tokenizer: Any, row: dict[str, Any]) -> int:
         raise ToolFormatError(f"the chat template cannot render this row: {exc}") from None
     if isinstance(ids, dict) or hasattr(ids, "keys"):
         ids = ids["input_ids"]
-    return len(ids)
+    return list(ids)
+
+
+def count_row_tokens(tokenizer: Any, row: dict[str, Any]) -> int:
+    """Number of tokens the chat template gives ``row`` (:func:`row_ids`)."""
+    return len(row_ids(tokenizer, row))
 
 
 def _check_lengths(tokenizer: Any, rows: list[dict[str, Any]], max_length: int) -> list[int]:
