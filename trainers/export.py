@@ -65,14 +65,15 @@ def load_export(export: Path) -> tuple[Any, Any, dict[str, Any]]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     manifest = verify_export(export)
+    recorded = manifest["base"]
+    base_path = pinned_base_path(recorded) if manifest["kind"] != "full" else None
     tokenizer = AutoTokenizer.from_pretrained(export)
-    if manifest["kind"] == "full":
+    if base_path is None:
         model = AutoModelForCausalLM.from_pretrained(export, use_safetensors=True)
     else:
         from peft import PeftModel
 
-        recorded = manifest["base"]
-        base = AutoModelForCausalLM.from_pretrained(pinned_base_path(recorded), use_safetensors=True,
+        base = AutoModelForCausalLM.from_pretrained(base_path, use_safetensors=True,
                                                     revision=recorded["revision"] if recorded["source"] == "hub"
                                                     else None)
         model = PeftModel.from_pretrained(base, export)
