@@ -59,8 +59,6 @@ class Policy(Protocol):
     """Anything that writes assistant turns for ``run_episode`` and keeps the turns' token ids."""
 
     turns: list[Decoded]
-    tool_format: ToolFormat
-    """The format its turns are parsed in (the one its tokenizer carries)."""
 
     def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str: ...
 
@@ -153,13 +151,20 @@ def assert_same_tools(rows: list[dict[str, Any]], cases: list[KitCase]) -> None:
             raise TrainerError(f"case {case.case_id}: its tool schemas differ from those in the SFT rows")
 
 
+def policy_format(policy: Policy) -> ToolFormat | None:
+    """The tool format a policy's turns are parsed in: its ``tool_format`` attribute (the samplers set it from their
+    tokenizer), else None (Hermes ``<tool_call>`` blocks)."""
+    fmt = getattr(policy, "tool_format", None)
+    return fmt if isinstance(fmt, ToolFormat) else None
+
+
 def rollout(policy: Policy, runtime: Any, case: KitCase, max_turns: int) -> Rollout:
     """Run one episode on an isolated copy of the seed and score it: reward 1 iff VCode passes.
 
     A verifier error is recorded on the rollout and rewarded 0, never 1.
     """
     policy.turns = []
-    episode = run_episode(policy, runtime, case, max_turns, policy.tool_format)
+    episode = run_episode(policy, runtime, case, max_turns, policy_format(policy))
     error = episode.verdict.outcome == "error"
     return Rollout(case.case_id, list(policy.turns), episode, 1.0 if episode.passed else 0.0, error)
 

@@ -38,8 +38,9 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) ->
         echo_json(entries)
         return
     for entry in entries:
+        offline = f"  offline: {entry['offline']['package']}" if entry.get("offline") else ""
         typer.echo(f"{entry['id']:<36} {entry['params_b']:>5}B  SFT ~{entry['vram_sft_gb']} GB  "
-                   f"GRPO ~{entry['vram_grpo_gb']} GB")
+                   f"GRPO ~{entry['vram_grpo_gb']} GB{offline}")
 
 
 def tiny_model(kit: Path = typer.Option(..., "--kit", help="Kit whose text trains the tokenizer."),
