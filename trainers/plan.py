@@ -69,12 +69,6 @@ CPU_RATE_PARAMETERS = 134_515_008
 """Parameters of the model the rates were measured on (SmolLM2-135M-Instruct, tied embeddings)."""
 
 
-def _row_ids(tokenizer: Any, row: dict[str, Any]) -> list[int]:
-    from .sft_torch import row_ids
-
-    return row_ids(tokenizer, row)
-
-
 def _shared_prefix(sequences: list[list[int]]) -> int:
     """Length of the longest token prefix every sequence starts with."""
     if not sequences:
@@ -93,9 +87,11 @@ def _count_tokens(base: ResolvedBase, rows: list[dict[str, Any]], config: TrainC
         return {"tokenized": False, "reason": "base tokenizer not available locally"}, None
     from transformers import AutoTokenizer
 
+    from .sft_torch import row_ids
+
     tokenizer = AutoTokenizer.from_pretrained(base.name_or_path)
     choice = apply_tool_format(tokenizer, config.tool_format, where=base.record().get("id", base.name_or_path))
-    ids = [_row_ids(tokenizer, row) for row in rows]
+    ids = [row_ids(tokenizer, row) for row in rows]
     counts = [len(row) for row in ids]
     prefix = _shared_prefix(ids)
     mean = sum(counts) / len(counts) if counts else 0.0

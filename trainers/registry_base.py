@@ -29,7 +29,7 @@ from world_format.canonical import canonical_bytes, file_sha256
 from world_format.errors import ChecksumError
 from world_format.manifest import verify_manifested_dir, write_manifested_dir
 
-from .errors import BaseMismatchError, TargetUnavailableError
+from .errors import BaseMismatchError, TargetUnavailableError, TrainerError
 
 BASE_MANIFEST = "blobkit-base.json"
 BASE_FORMAT = "blobkit-base"
@@ -160,6 +160,7 @@ def converted_base(entry_id: str, source: RegistryFile, root: Path | None = None
             _convert(gguf, Path(scratch))
             files: dict[str, Any] = {p.name: p for p in sorted(Path(scratch).iterdir()) if p.is_file()}
             write_manifested_dir(target, files, BASE_MANIFEST, _manifest_renderer(entry_id, source, version))
-    manifest = read_base_manifest(target)
-    assert manifest is not None
+        manifest = read_base_manifest(target)
+    if manifest is None:
+        raise TrainerError(f"{target}: the conversion wrote no {BASE_MANIFEST}")
     return ConvertedBase(target, manifest, converted_now=True)

@@ -128,7 +128,7 @@ def _base_lines(record: dict[str, Any]) -> list[str]:
                      f"{tokens['max_row_tokens']}); the shared prefix (system prompt and tool list) is "
                      f"{tokens['shared_prefix_tokens']} of them, "
                      f"{tokens['shared_prefix_share']:.0%} of a row")
-    if cost.get("estimated"):
+    if cost.get("estimated") and cost.get("minutes") is not None:
         lines.append(f"  cost: about {cost['minutes']:g} minutes of training on this machine "
                      f"({cost['trained_tokens']:,} tokens at {cost['tokens_per_second']:g} tokens/s: {cost['how']})")
     return lines
