@@ -11,7 +11,7 @@ figure in trainers/plan.py says under what load it was measured).
 Run::
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/cpu_train_rate.py              # 8 rows, LoRA then full
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/cpu_train_rate.py --rows 4 --no-full
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/cpu_train_rate.py --rows 4 --no-full --threads 1
 """
 
 from __future__ import annotations
@@ -33,7 +33,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--no-full", action="store_true", help="measure LoRA only")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = parser.parse_args()
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     from transformers import AutoTokenizer
 
@@ -63,7 +68,8 @@ def main() -> None:
             kind = "full-weight" if full else "LoRA r16"
             print(f"{kind}: {result.optimizer_steps} steps, {result.train_seconds:.1f} s, "
                   f"{tokens / result.train_seconds:.1f} tokens/s (1-minute load average {load_before:.2f} before, "
-                  f"{os.getloadavg()[0]:.2f} after, {os.cpu_count()} CPUs)", flush=True)
+                  f"{os.getloadavg()[0]:.2f} after, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads)",
+                  flush=True)
 
 
 if __name__ == "__main__":
