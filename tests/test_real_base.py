@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -178,3 +180,16 @@ def test_two_lora_steps_on_smollm2_export_and_reload_on_its_pinned_base_and_pars
     assert isinstance(fmt.parse(text).content, str)
     with pytest.raises(BaseMismatchError):
         pinned_base_path({**manifest["base"], "sha256": "0" * 64})
+
+
+def test_a_tool_format_the_bases_tokenizer_cannot_hold_is_a_one_line_error_and_writes_no_plan(
+        tiny_tokenizer: Any, kit_path: Path, tmp_path: Path) -> None:
+    base = tmp_path / "base"
+    tiny_tokenizer.save_pretrained(base)
+    (base / "config.json").write_text('{"model_type": "qwen2"}', encoding="utf-8")
+    out = tmp_path / "plan"
+    result = subprocess.run([sys.executable, "-m", "blobkit.cli", "train", "--base", str(base), "--world",
+                             str(kit_path), "--out", str(out), "--dry-run", "--method", "sft", "--target",
+                             "local-torch", "--tool-format", "llama3"], capture_output=True, text=True, check=False)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "single tokens" in result.stderr
+    assert not (out / "plan.json").exists()
