@@ -26,7 +26,7 @@ from world_format.runtime import ToolEvent, WorldRuntime
 from world_format.vcode import Verdict, evaluate
 
 from .chat_format import parse_assistant_output
-from .formats import ToolFormat
+from .formats import ToolFormat, format_of
 from .generation import generate_turn
 from .intervals import rate_record
 
@@ -90,12 +90,20 @@ def case_entity(case: KitCase) -> str:
     return case.entity or f"{case.anchor.get('table')}:{canonical_json(case.anchor.get('key'))}"
 
 
-def run_episode(generate: Generate, runtime: WorldRuntime, case: KitCase, max_turns: int,
-                tool_format: ToolFormat | None = None) -> EpisodeResult:
+def policy_format(policy: Any) -> ToolFormat | None:
+    """The tool format a policy's turns are parsed in: its ``tool_format`` attribute (the model policies and
+    samplers set it from their tokenizer, :func:`trainers.formats.format_of`), else None (Hermes ``<tool_call>``
+    blocks, the format before formats existed)."""
+    fmt = getattr(policy, "tool_format", None)
+    return fmt if isinstance(fmt, ToolFormat) else None
+
+
+def run_episode(generate: Generate, runtime: WorldRuntime, case: KitCase, max_turns: int) -> EpisodeResult:
     """Run one case on an isolated copy of the seed; return the trace and the verdict.
 
-    Each generated turn is parsed in ``tool_format``'s syntax (default: Hermes ``<tool_call>`` blocks).
+    Each generated turn is parsed in the policy's tool format (:func:`policy_format`).
     """
+    fmt = policy_format(generate)
     if case.prompt is None:
         raise ValueError(f"case {case.case_id} has no prompt (only held-out and RL cases carry one)")
     conversation = Conversation.resume(case.prompt.messages)
@@ -105,7 +113,7 @@ def run_episode(generate: Generate, runtime: WorldRuntime, case: KitCase, max_tu
     with runtime.episode() as episode:
         for turn in range(1, max_turns + 1):
             turns = turn
-            parsed = parse_assistant_output(generate(conversation.messages, tools), tool_format)
+            parsed = parse_assistant_output(generate(conversation.messages, tools), fmt)
             if parsed.parse_errors:
                 parse_failures += len(parsed.parse_errors)
                 conversation.unparsed(parsed.content, parsed.parse_errors)
@@ -192,11 +200,24 @@ def replay_trajectory(runtime: WorldRuntime, case: KitCase, messages: Sequence[d
                          parse_failures, trace, tuple(conversation.messages), case_entity(case))
 
 
+@dataclass(frozen=True)
+class GreedyPolicy:
+    """A greedy policy over a loaded model (a :data:`Generate`), in ``tool_format`` (its end tokens, its parser)."""
+
+    model: Any
+    tokenizer: Any
+    max_new_tokens: int
+    tool_format: ToolFormat | None = None
+
+    def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+        return generate_turn(self.model, self.tokenizer, messages, tools, max_new_tokens=self.max_new_tokens,
+                             fmt=self.tool_format)
+
+
 def model_generator(model: Any, tokenizer: Any, max_new_tokens: int, tool_format: ToolFormat | None = None) -> Generate:
-    """A greedy policy over a loaded model, stopping at ``tool_format``'s end tokens."""
-    def generate(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
-        return generate_turn(model, tokenizer, messages, tools, max_new_tokens=max_new_tokens, fmt=tool_format)
-    return generate
+    """A greedy policy over a loaded model; ``tool_format`` None: the one ``tokenizer`` carries
+    (:func:`trainers.formats.format_of`)."""
+    return GreedyPolicy(model, tokenizer, max_new_tokens, tool_format or format_of(tokenizer))
 
 
 @dataclass(frozen=True)
@@ -240,13 +261,11 @@ class EvalSummary:
 
 
 def evaluate_cases(generate: Generate, runtime: WorldRuntime, cases: Sequence[KitCase], max_turns: int,
-                   progress: Callable[[int, int], None] | None = None,
-                   tool_format: ToolFormat | None = None) -> EvalSummary:
-    """Run every case (turns parsed in ``tool_format``'s syntax); return the summary (which holds the per-case
-    results)."""
+                   progress: Callable[[int, int], None] | None = None) -> EvalSummary:
+    """Run every case; return the summary (which holds the per-case results)."""
     results = []
     for index, case in enumerate(cases):
         if progress:
             progress(index, len(cases))
-        results.append(run_episode(generate, runtime, case, max_turns, tool_format))
+        results.append(run_episode(generate, runtime, case, max_turns))
     return EvalSummary(tuple(results))

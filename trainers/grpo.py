@@ -48,7 +48,6 @@ from .errors import ConfigError, TrainerError
 from .evaluation import EpisodeResult, EvalSummary, run_episode
 from .export import verify_export
 from .fit import FitResult
-from .formats import ToolFormat
 from .generation import Decoded
 
 MAX_GRAD_NORM = 1.0
@@ -151,20 +150,13 @@ def assert_same_tools(rows: list[dict[str, Any]], cases: list[KitCase]) -> None:
             raise TrainerError(f"case {case.case_id}: its tool schemas differ from those in the SFT rows")
 
 
-def policy_format(policy: Policy) -> ToolFormat | None:
-    """The tool format a policy's turns are parsed in: its ``tool_format`` attribute (the samplers set it from their
-    tokenizer), else None (Hermes ``<tool_call>`` blocks)."""
-    fmt = getattr(policy, "tool_format", None)
-    return fmt if isinstance(fmt, ToolFormat) else None
-
-
 def rollout(policy: Policy, runtime: Any, case: KitCase, max_turns: int) -> Rollout:
     """Run one episode on an isolated copy of the seed and score it: reward 1 iff VCode passes.
 
     A verifier error is recorded on the rollout and rewarded 0, never 1.
     """
     policy.turns = []
-    episode = run_episode(policy, runtime, case, max_turns, policy_format(policy))
+    episode = run_episode(policy, runtime, case, max_turns)
     error = episode.verdict.outcome == "error"
     return Rollout(case.case_id, list(policy.turns), episode, 1.0 if episode.passed else 0.0, error)
 

@@ -17,7 +17,6 @@ from .config import TrainConfig
 from .errors import ConfigError
 from .evaluation import EpisodeResult, model_generator, run_episode
 from .export import load_export
-from .formats import format_of
 
 
 def replay_case(export: Path, kit: Kit, case_id: str | None = None, *, max_turns: int | None = None,
@@ -33,8 +32,7 @@ def replay_case(export: Path, kit: Kit, case_id: str | None = None, *, max_turns
     tokens = max_new_tokens or trained.max_new_tokens
     runtime = kit.world().runtime()
     try:
-        fmt = format_of(tokenizer)
-        return run_episode(model_generator(model, tokenizer, tokens, fmt), runtime, chosen, turns, fmt), manifest
+        return run_episode(model_generator(model, tokenizer, tokens), runtime, chosen, turns), manifest
     finally:
         runtime.close()
 

@@ -25,7 +25,6 @@ from .errors import TargetUnavailableError
 from .evaluation import EvalSummary, evaluate_cases, model_generator
 from .export import export_model, load_export, merge_export
 from .fit import Trainer
-from .formats import format_of
 from .intervals import rate_text
 from .report import plot_training
 
@@ -35,11 +34,10 @@ def evaluate_policy(model: Any, tokenizer: Any, loaded: LoadedWorld, cases: list
     """Greedy episodes of every case on isolated copies of the seed, in the tool format ``tokenizer`` carries;
     log and return the summary."""
     runtime = loaded.runtime()
-    fmt = format_of(tokenizer)
     try:
         started = time.monotonic()
-        summary = evaluate_cases(model_generator(model, tokenizer, config.max_new_tokens, fmt), runtime, cases,
-                                 config.max_turns, tool_format=fmt)
+        summary = evaluate_cases(model_generator(model, tokenizer, config.max_new_tokens), runtime, cases,
+                                 config.max_turns)
     finally:
         runtime.close()
     log(f"{label}: held-out pass rate {rate_text(summary.to_json())} ({time.monotonic() - started:.0f}s)")
