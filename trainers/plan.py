@@ -60,14 +60,15 @@ def validate_rows(loaded: LoadedWorld, rows: list[dict[str, Any]]) -> None:
         runtime.close()
 
 
-CPU_LORA_TOKENS_PER_SECOND = 97.7
+CPU_LORA_TOKENS_PER_SECOND = 241.4
 """LoRA SFT (rank 16, all linear layers, batch 1, ~960-token retail rows under blobkit's format) tokens per second
-on SmolLM2-135M-Instruct, through ``train_sft``, on this 2-core machine: ``benchmarks/cpu_train_rate.py --rows 4
---threads 1`` gave 92.5 and 102.9 (Dec 2026) while other agents kept the load average at 3.6-5.1; it could not be
-measured on an idle machine. Under that load two torch threads ran 13.4 tokens/s (threads stall when another
-process holds a core); a raw forward+backward loop on the nearly idle machine ran ~208 tokens/s on two threads."""
-CPU_FULL_TOKENS_PER_SECOND = 71.4
-"""The same for full-weight SFT (every weight trained): one run, one torch thread, load average 4.9-5.0."""
+on SmolLM2-135M-Instruct through ``train_sft`` on this 2-core machine when nothing else ran (1-minute load average
+1.5, the run itself included; torch's two threads): ``benchmarks/cpu_train_rate.py --rows 4`` (Dec 2026). Under
+other processes' load the same run fell to 13-24 tokens/s on two threads (they stall when another process holds a
+core) and held 93-103 on one thread (``--threads 1``); one thread on the idle machine ran 144.5."""
+CPU_FULL_TOKENS_PER_SECOND = 194.9
+"""The same for full-weight SFT (every weight trained), same run: 194.9 on two threads idle, 114.1 on one thread
+idle, 71.4 on one thread under load average 5."""
 CPU_RATE_PARAMETERS = 134_515_008
 """Parameters of the model the rates were measured on (SmolLM2-135M-Instruct, tied embeddings)."""
 
@@ -133,8 +134,8 @@ def cpu_cost(base: ResolvedBase, config: TrainConfig, trained_tokens: int) -> di
     return {"estimated": True, "trained_tokens": trained_tokens, "tokens_per_second": round(scaled, 2),
             "minutes": round(trained_tokens / scaled / 60, 1) if scaled else None, "base_parameters": parameters,
             "how": (f"rows x epochs tokens over the {kind} SFT rate measured on SmolLM2-135M-Instruct on this "
-                    "2-core machine, one torch thread, under other agents' load (trainers/plan.py, "
-                    "benchmarks/cpu_train_rate.py)"
+                    "2-core machine with nothing else running (trainers/plan.py, benchmarks/cpu_train_rate.py); "
+                    "other processes on the cores slow torch's two threads up to 10x"
                     + ("" if parameters == CPU_RATE_PARAMETERS else f", scaled by {CPU_RATE_PARAMETERS:,} / "
                        f"{parameters:,} parameters"))}
 
