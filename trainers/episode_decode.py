@@ -35,6 +35,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .formats import ToolFormat
 from .generation import Decoded, cache_argument, decode, is_small_model, prompt_ids, stop_ids, turn_text
 from .turns import TurnRequest
 
@@ -171,10 +172,12 @@ class ModelTurns:
     """
 
     def __init__(self, model: Any, tokenizer: Any, max_new_tokens: int, temperature: float = 0.0,
-                 generator: Any = None, slots: int = DEFAULT_SLOTS) -> None:
+                 generator: Any = None, slots: int = DEFAULT_SLOTS, tool_format: ToolFormat | None = None) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.max_new_tokens, self.temperature, self.generator = max_new_tokens, temperature, generator
-        self.end_ids = stop_ids(tokenizer)
+        self.tool_format = tool_format
+        """The format turns are written and parsed in (its end tokens; None: Hermes, :func:`policy_format`)."""
+        self.end_ids = stop_ids(tokenizer, tool_format)
         self.cache_argument = cache_argument(model)
         self.cacheable = _plain_layers(model)
         self.batched = self.cacheable and _inner(model).config._attn_implementation == "sdpa"
@@ -215,7 +218,7 @@ class ModelTurns:
                 self._episodes[request.key] = _Episode(prompt + new_ids, kv, len(prompt) + len(new_ids) - 1)
             self.stats.turns += 1
             self.stats.generated += len(new_ids)
-            texts.append(turn_text(self.tokenizer, new_ids))
+            texts.append(turn_text(self.tokenizer, new_ids, self.tool_format))
         return texts
 
     def _per_turn(self, prompt: list[int]) -> tuple[list[int], bool, KV]:

@@ -20,3 +20,12 @@ class SpendGateError(TrainerError, PermissionError):
 class TargetUnavailableError(TrainerError):
     """The chosen training target or method is not available here."""
 
+
+
+class ToolFormatError(ConfigError):
+    """A tool format cannot be used: the base's chat template drops tools or tool calls and no family format fits,
+    the tokenizer splits the format's control tokens, or a row cannot be written in the format."""
+
+
+class BaseMismatchError(TrainerError):
+    """A base model differs from the one an export or plan pinned (its sha256), or its files fail their manifest."""

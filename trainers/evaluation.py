@@ -31,6 +31,7 @@ from world_format.vcode import Verdict, evaluate
 
 from .chat_format import parse_assistant_output
 from .episode_decode import DEFAULT_SLOTS, ModelTurns
+from .formats import ToolFormat, format_of
 from .generation import generate_turn
 from .intervals import rate_record
 from .turns import Generate, TurnPolicy, TurnRequest, as_turn_policy
@@ -93,13 +94,22 @@ def case_entity(case: KitCase) -> str:
     return case.entity or f"{case.anchor.get('table')}:{canonical_json(case.anchor.get('key'))}"
 
 
+def policy_format(policy: Any) -> ToolFormat | None:
+    """The tool format a policy's turns are parsed in: its ``tool_format`` attribute (the model policies and
+    samplers set it from their tokenizer, :func:`trainers.formats.format_of`), else None (Hermes ``<tool_call>``
+    blocks, the format before formats existed)."""
+    fmt = getattr(policy, "tool_format", None)
+    return fmt if isinstance(fmt, ToolFormat) else None
+
+
 class _Run:
     """One episode in progress: its conversation, its isolated state, and what the model did so far."""
 
-    def __init__(self, key: int, case: KitCase, runtime: WorldRuntime, max_turns: int) -> None:
+    def __init__(self, key: int, case: KitCase, runtime: WorldRuntime, max_turns: int,
+                 fmt: ToolFormat | None) -> None:
         if case.prompt is None:
             raise ValueError(f"case {case.case_id} has no prompt (only held-out and RL cases carry one)")
-        self.key, self.case, self.runtime, self.max_turns = key, case, runtime, max_turns
+        self.key, self.case, self.runtime, self.max_turns, self.fmt = key, case, runtime, max_turns, fmt
         self.conversation = Conversation.resume(case.prompt.messages)
         self.tools = case.prompt.tools
         self.scripted = list(case.task.turns)
@@ -115,7 +125,7 @@ class _Run:
     def advance(self, text: str) -> bool:
         """Apply one generated assistant turn; True when the episode is over (a final answer or the turn cap)."""
         self.turns += 1
-        conversation, parsed = self.conversation, parse_assistant_output(text)
+        conversation, parsed = self.conversation, parse_assistant_output(text, self.fmt)
         if parsed.parse_errors:
             self.parse_failures += len(parsed.parse_errors)
             conversation.unparsed(parsed.content, parsed.parse_errors)
@@ -150,8 +160,10 @@ def run_episodes(policy: TurnPolicy | Generate, runtime: WorldRuntime, cases: Se
     Each round asks the policy for the next turn of every episode in progress (in case order); a finished
     episode's slot goes to the next case. Episodes side by side run on forks of ``runtime``. A policy given as
     a plain ``(messages, tools) -> text`` function runs one episode at a time. ``progress(index, total)`` is
-    called as each case starts. Raises ValueError for a case without a prompt.
+    called as each case starts. Each turn is parsed in the policy's tool format (:func:`policy_format`). Raises
+    ValueError for a case without a prompt.
     """
+    fmt = policy_format(policy)
     turn_policy = as_turn_policy(policy)
     for case in cases:
         if case.prompt is None:
@@ -166,7 +178,7 @@ def run_episodes(policy: TurnPolicy | Generate, runtime: WorldRuntime, cases: Se
                 key, case = queue.popleft()
                 if progress:
                     progress(key, len(cases))
-                live[key] = _Run(key, case, free.pop(0), max_turns)
+                live[key] = _Run(key, case, free.pop(0), max_turns, fmt)
             order = sorted(live)
             texts = turn_policy.next_turns([live[key].request() for key in order])
             for key, text in zip(order, texts, strict=True):
@@ -254,21 +266,31 @@ def replay_trajectory(runtime: WorldRuntime, case: KitCase, messages: Sequence[d
                          parse_failures, trace, tuple(conversation.messages), case_entity(case))
 
 
-def model_generator(model: Any, tokenizer: Any, max_new_tokens: int) -> Generate:
-    """The per-turn greedy policy: every turn renders the whole conversation and prefills it from scratch.
+@dataclass(frozen=True)
+class GreedyPolicy:
+    """A greedy policy over a loaded model (a :data:`Generate`), in ``tool_format`` (its end tokens, its parser)."""
 
-    One episode at a time. It is the reference :func:`model_policy` matches token for token
-    (tests/test_episodes.py).
-    """
-    def generate(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
-        return generate_turn(model, tokenizer, messages, tools, max_new_tokens=max_new_tokens)
-    return generate
+    model: Any
+    tokenizer: Any
+    max_new_tokens: int
+    tool_format: ToolFormat | None = None
+
+    def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+        return generate_turn(self.model, self.tokenizer, messages, tools, max_new_tokens=self.max_new_tokens,
+                             fmt=self.tool_format)
+
+
+def model_generator(model: Any, tokenizer: Any, max_new_tokens: int, tool_format: ToolFormat | None = None) -> Generate:
+    """A greedy policy over a loaded model; ``tool_format`` None: the one ``tokenizer`` carries
+    (:func:`trainers.formats.format_of`)."""
+    return GreedyPolicy(model, tokenizer, max_new_tokens, tool_format or format_of(tokenizer))
 
 
 def model_policy(model: Any, tokenizer: Any, max_new_tokens: int, slots: int = DEFAULT_SLOTS) -> ModelTurns:
     """The greedy policy over a loaded model: ``slots`` episodes decoded together, a KV cache kept per episode
-    across its turns and the shared prefix prefilled once (:mod:`trainers.episode_decode`)."""
-    return ModelTurns(model, tokenizer, max_new_tokens, slots=slots)
+    across its turns and the shared prefix prefilled once (:mod:`trainers.episode_decode`), in the tool format
+    its tokenizer carries (:func:`trainers.formats.format_of`)."""
+    return ModelTurns(model, tokenizer, max_new_tokens, slots=slots, tool_format=format_of(tokenizer))
 
 
 @dataclass(frozen=True)

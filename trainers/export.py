@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from trainers.base_identity import pinned_base_path
 from trainers.errors import TrainerError
 from world_format.canonical import canonical_bytes
 from world_format.manifest import Content, FileTable, verify_manifested_dir, write_manifested_dir
@@ -57,19 +58,24 @@ def verify_export(export: Path) -> dict[str, Any]:
 
 
 def load_export(export: Path) -> tuple[Any, Any, dict[str, Any]]:
-    """Verify then load (model, tokenizer, manifest) from safetensors only, in this process, fresh."""
+    """Verify then load (model, tokenizer, manifest) from safetensors only, in this process, fresh.
+
+    A LoRA export's base must be the one it pinned (BaseMismatchError otherwise, before anything loads).
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     manifest = verify_export(export)
+    recorded = manifest["base"]
+    base_path = pinned_base_path(recorded) if manifest["kind"] != "full" else None
     tokenizer = AutoTokenizer.from_pretrained(export)
-    if manifest["kind"] == "full":
+    if base_path is None:
         model = AutoModelForCausalLM.from_pretrained(export, use_safetensors=True)
     else:
         from peft import PeftModel
 
-        base = AutoModelForCausalLM.from_pretrained(manifest["base"]["name_or_path"], use_safetensors=True,
-                                                    revision=None if manifest["base"]["source"] == "local"
-                                                    else manifest["base"]["revision"])
+        base = AutoModelForCausalLM.from_pretrained(base_path, use_safetensors=True,
+                                                    revision=recorded["revision"] if recorded["source"] == "hub"
+                                                    else None)
         model = PeftModel.from_pretrained(base, export)
     model.eval()
     return model, tokenizer, manifest

@@ -121,7 +121,7 @@ class PolicySource:
     @property
     def revision(self) -> str | None:
         """The revision to load a hub base at (None for a local directory)."""
-        return None if self.base["source"] == "local" else self.base.get("revision")
+        return None if self.base["source"] in ("local", "registry") else self.base.get("revision")
 
 
 def policy_source(config: TrainConfig, plan_record: dict[str, Any]) -> PolicySource:

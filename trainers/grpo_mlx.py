@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import TrainConfig
+from .formats import apply_tool_format, format_of
 from .generation import Decoded, prompt_ids, stop_ids, turn_text
 from .grpo import MAX_GRAD_NORM, PolicySource, Rollout, SerialPolicy, scored_turns
 from .lora import mlx_lora_parameters
@@ -69,14 +70,15 @@ class MLXSampler(SerialPolicy):
         self.model, self.tokenizer = model, tokenizer
         self.max_new_tokens, self.temperature = max_new_tokens, temperature
         self.key = mx.random.key(seed)
-        self.end_ids = stop_ids(tokenizer)
+        self.tool_format = format_of(tokenizer)
+        self.end_ids = stop_ids(tokenizer, self.tool_format)
 
     def turn(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> tuple[str, Decoded]:
         """Decode one turn after the whole rendered prompt, advancing the sampler's key."""
         decoded, self.key = mlx_decode(self.model, prompt_ids(self.tokenizer, messages, tools), self.end_ids,
                                        max_new_tokens=self.max_new_tokens, temperature=self.temperature,
                                        key=self.key)
-        return turn_text(self.tokenizer, decoded.new_ids), decoded
+        return turn_text(self.tokenizer, decoded.new_ids, self.tool_format), decoded
 
 
 def load_mlx_policy(source: PolicySource, config: TrainConfig) -> tuple[Any, dict[str, Any]]:
@@ -134,6 +136,7 @@ class MLXGRPOBackend:
         import_mlx()
         self.config, self.source = config, source
         self.tokenizer = AutoTokenizer.from_pretrained(source.tokenizer)
+        apply_tool_format(self.tokenizer, config.tool_format, where=source.tokenizer)
         self.model: Any = None
         self.parameters: dict[str, Any] = {}
         self.optimizer: Any = None

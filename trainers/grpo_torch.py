@@ -10,8 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .base_identity import pinned_base_path
 from .config import TrainConfig
 from .episode_decode import ModelTurns
+from .formats import apply_tool_format, format_of
 from .grpo import MAX_GRAD_NORM, PolicySource, Rollout, scored_turns
 from .lora import peft_lora_config
 from .sft_torch import canonicalise_adapter_config
@@ -39,13 +41,17 @@ def policy_loss(model: Any, rollouts: list[Rollout], weights: list[float]) -> tu
 
 
 def load_torch_policy(source: PolicySource, config: TrainConfig) -> tuple[Any, Any]:
-    """(trainable PEFT model, tokenizer): the source's adapter, or a fresh LoRA seeded with ``config.seed``."""
+    """(trainable PEFT model, tokenizer): the source's adapter, or a fresh LoRA seeded with ``config.seed``.
+
+    The tokenizer carries the tool format ``config.tool_format`` chooses (an export keeps its own under ``auto``).
+    """
     import torch
     from peft import PeftModel, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(source.tokenizer)
-    model = AutoModelForCausalLM.from_pretrained(source.base["name_or_path"], use_safetensors=True,
+    apply_tool_format(tokenizer, config.tool_format, where=source.tokenizer)
+    model = AutoModelForCausalLM.from_pretrained(pinned_base_path(source.base), use_safetensors=True,
                                                  revision=source.revision)
     if source.adapter is not None:
         return PeftModel.from_pretrained(model, source.adapter, is_trainable=True), tokenizer
@@ -73,7 +79,8 @@ class TorchGRPOBackend:
 
         config = self.config
         return ModelTurns(self.model, self.tokenizer, config.max_new_tokens, config.temperature,
-                          torch.Generator().manual_seed(config.seed), slots=config.episode_batch)
+                          torch.Generator().manual_seed(config.seed), slots=config.episode_batch,
+                          tool_format=format_of(self.tokenizer))
 
     def update(self, rollouts: list[Rollout], weights: list[float]) -> float:
         """Zero the gradients, backpropagate the policy loss, clip at 1.0, one AdamW step."""

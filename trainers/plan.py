@@ -1,10 +1,15 @@
 """Planning a run: validate every row against the kit's world, count tokens, estimate steps; write plan.json.
 
 A plan is written before anything trains (and is all ``--dry-run`` does). It refuses what cannot
-run at all (unknown tools, invalid arguments, rows longer than ``max_length``) and records what
-the chosen method/target cannot do (``unsupported``), so a dry run always says where a run stands.
-A GRPO plan carries its rollout budget (the most model calls its steps may make); a local-mlx plan
-its unified-memory estimate for Apple silicon (:mod:`trainers.memory`).
+run at all (unknown tools, invalid arguments, rows longer than ``max_length``, a base no tool format
+fits) and records what the chosen method/target cannot do (``unsupported``), so a dry run always
+says where a run stands. It records where the base comes from (hub, local directory, or a registry
+package converted here, with its sha256), the tool format chosen for it and why, and, when the
+base's tokenizer is on this machine, the tokens per row under that format, the share of them that
+is the shared prefix (system prompt and tool list, the same in every row), and an estimate of the
+SFT minutes on this machine's CPU (:func:`cpu_cost`). A GRPO plan carries its rollout budget (the
+most model calls its steps may make); a local-mlx plan its unified-memory estimate for Apple silicon
+(:mod:`trainers.memory`).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from world_format.loaded import LoadedWorld
 from .catalog import ResolvedBase, resolve_base
 from .config import TrainConfig
 from .errors import ConfigError
+from .formats import Choice, apply_tool_format
 from .grounding import with_grounding_repeats
 from .grpo import step_model_calls
 from .memory import unified_memory_estimate
@@ -54,18 +60,84 @@ def validate_rows(loaded: LoadedWorld, rows: list[dict[str, Any]]) -> None:
         runtime.close()
 
 
-def _count_tokens(base: ResolvedBase, rows: list[dict[str, Any]], max_length: int) -> dict[str, Any]:
-    if base.source != "local":
-        return {"tokenized": False, "reason": "base tokenizer not available locally"}
+CPU_LORA_TOKENS_PER_SECOND = 241.4
+"""LoRA SFT (rank 16, all linear layers, batch 1, ~960-token retail rows under blobkit's format) tokens per second
+on SmolLM2-135M-Instruct through ``train_sft`` on this 2-core machine when nothing else ran (1-minute load average
+1.5, the run itself included; torch's two threads): ``benchmarks/cpu_train_rate.py --rows 4`` (Dec 2026). Under
+other processes' load the same run fell to 13-24 tokens/s on two threads (they stall when another process holds a
+core) and held 93-103 on one thread (``--threads 1``); one thread on the idle machine ran 144.5."""
+CPU_FULL_TOKENS_PER_SECOND = 194.9
+"""The same for full-weight SFT (every weight trained), same run: 194.9 on two threads idle, 114.1 on one thread
+idle, 71.4 on one thread under load average 5."""
+CPU_RATE_PARAMETERS = 134_515_008
+"""Parameters of the model the rates were measured on (SmolLM2-135M-Instruct, tied embeddings)."""
+
+
+def _shared_prefix(sequences: list[list[int]]) -> int:
+    """Length of the longest token prefix every sequence starts with."""
+    if not sequences:
+        return 0
+    first, length = sequences[0], len(sequences[0])
+    for ids in sequences[1:]:
+        length = min(length, len(ids))
+        length = next((i for i in range(length) if ids[i] != first[i]), length)
+    return length
+
+
+def _count_tokens(base: ResolvedBase, rows: list[dict[str, Any]], config: TrainConfig) -> tuple[dict[str, Any],
+                                                                                                  Choice | None]:
+    """Token counts of the rows under the base's tool format (and the format), when the tokenizer is here."""
+    if not base.on_disk:
+        return {"tokenized": False, "reason": "base tokenizer not available locally"}, None
     from transformers import AutoTokenizer
 
-    from .sft_torch import count_row_tokens
+    from .sft_torch import row_ids
 
     tokenizer = AutoTokenizer.from_pretrained(base.name_or_path)
-    counts = [count_row_tokens(tokenizer, row) for row in rows]
-    too_long = [i + 1 for i, n in enumerate(counts) if n > max_length]
+    choice = apply_tool_format(tokenizer, config.tool_format, where=base.record().get("id", base.name_or_path))
+    ids = [row_ids(tokenizer, row) for row in rows]
+    counts = [len(row) for row in ids]
+    prefix = _shared_prefix(ids)
+    mean = sum(counts) / len(counts) if counts else 0.0
+    too_long = [i + 1 for i, n in enumerate(counts) if n > config.max_length]
     return {"tokenized": True, "tokens": sum(counts), "max_row_tokens": max(counts, default=0),
-            "rows_over_max_length": too_long}
+            "mean_row_tokens": round(mean, 1), "shared_prefix_tokens": prefix,
+            "shared_prefix_share": round(prefix / mean, 4) if mean else 0.0,
+            "rows_over_max_length": too_long}, choice
+
+
+def _parameters(base: ResolvedBase) -> int:
+    """Parameters of a base on disk, from its safetensors headers."""
+    from safetensors import safe_open
+
+    total = 0
+    for path in sorted(Path(base.name_or_path).glob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as weights:
+            for name in weights.keys():  # noqa: SIM118 - safe_open is not a mapping
+                total += math.prod(weights.get_slice(name).get_shape())
+    return total
+
+
+def cpu_cost(base: ResolvedBase, config: TrainConfig, trained_tokens: int) -> dict[str, Any]:
+    """Estimated minutes of SFT on this machine's CPU: trained tokens over a measured rate, scaled to the base's size.
+
+    The rate is :data:`CPU_LORA_TOKENS_PER_SECOND` (or the full-weight one) measured on SmolLM2-135M here;
+    for another base it is scaled by parameters (SmolLM2's count / the base's), which is rough for a
+    base of very different shape. Only SFT on local-torch is estimated.
+    """
+    if config.method != "sft" or config.target != "local-torch" or not base.on_disk:
+        return {"estimated": False, "reason": "estimated for SFT on local-torch with a base on this machine only"}
+    rate = CPU_FULL_TOKENS_PER_SECOND if config.full else CPU_LORA_TOKENS_PER_SECOND
+    parameters = _parameters(base)
+    scaled = rate * CPU_RATE_PARAMETERS / max(parameters, 1)
+    kind = "full-weight" if config.full else "LoRA"
+    return {"estimated": True, "trained_tokens": trained_tokens, "tokens_per_second": round(scaled, 2),
+            "minutes": round(trained_tokens / scaled / 60, 1) if scaled else None, "base_parameters": parameters,
+            "how": (f"rows x epochs tokens over the {kind} SFT rate measured on SmolLM2-135M-Instruct on this "
+                    "2-core machine with nothing else running (trainers/plan.py, benchmarks/cpu_train_rate.py); "
+                    "other processes on the cores slow torch's two threads up to 10x"
+                    + ("" if parameters == CPU_RATE_PARAMETERS else f", scaled by {CPU_RATE_PARAMETERS:,} / "
+                       f"{parameters:,} parameters"))}
 
 
 def rollout_budget(config: TrainConfig) -> dict[str, Any]:
@@ -80,7 +152,7 @@ def plan(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], data_path: P
     """Validate everything and write OUT/plan.json; raise on any problem."""
     base = resolve_base(config.base, config.revision)
     validate_rows(kit.world(), rows)
-    tokens = _count_tokens(base, rows, config.max_length)
+    tokens, choice = _count_tokens(base, rows, config)
     if tokens.get("rows_over_max_length"):
         raise ConfigError(f"rows {tokens['rows_over_max_length'][:10]} are longer than --max-length "
                           f"{config.max_length} tokens; raise it (rows are never dropped)")
@@ -89,13 +161,19 @@ def plan(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], data_path: P
     steps_per_epoch = -(-(len(rows) + extra) // config.batch_size)
     result = {
         "config": config.as_json(),
-        "base": {"source": base.source, "name_or_path": base.name_or_path, "revision": base.revision},
+        "base": base.record(),
+        "tool_format": choice.to_json() if choice else {"name": config.tool_format,
+                                                        "reason": "chosen when the base's tokenizer is loaded"},
         "kit_sha256": kit.sha256, "data": str(data_path), "data_sha256": file_sha256(data_path),
         "rows": len(rows), "grounding_examples": extra, "tokens": tokens,
         "estimated_optimizer_steps": math.ceil(steps_per_epoch * config.epochs) if config.method == "sft"
         else config.steps,
         "vram_estimate_gb": base.vram_estimate_gb(config.method),
     }
+    if tokens.get("tokenized"):
+        # grounding examples are prefixes of their rows: counted at their row's mean length, an upper bound
+        trained = round((tokens["tokens"] + extra * tokens["mean_row_tokens"]) * config.epochs)
+        result["cost"] = cpu_cost(base, config, trained)
     if config.method == "grpo":
         result["rollout_budget"] = rollout_budget(config)
     if config.target == "local-mlx":

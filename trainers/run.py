@@ -31,7 +31,8 @@ from .report import plot_training
 
 def evaluate_policy(model: Any, tokenizer: Any, loaded: LoadedWorld, cases: list[KitCase], config: TrainConfig,
                     log: Log, label: str) -> EvalSummary:
-    """Greedy episodes of every case on isolated copies of the seed; log and return the summary."""
+    """Greedy episodes of every case on isolated copies of the seed, in the tool format ``tokenizer`` carries;
+    log and return the summary."""
     runtime = loaded.runtime()
     try:
         started = time.monotonic()

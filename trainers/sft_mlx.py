@@ -29,11 +29,13 @@ from typing import Any
 from world_format.canonical import atomic_write_json
 from world_format.kit import Kit
 
+from .base_identity import pinned_base_path
 from .budget import Budget, Log, Stop
 from .config import TrainConfig
 from .errors import ConfigError, TargetUnavailableError, TrainerError
 from .evaluation import EvalSummary
 from .fit import FitResult
+from .formats import apply_tool_format
 from .grounding import with_grounding_repeats
 from .lora import mlx_lora_parameters
 from .mlx_adapter import ADAPTER_CONFIG, MLX_WEIGHTS, block_module, mlx_to_peft
@@ -113,28 +115,25 @@ def load_mlx_model(model_dir: Path) -> Any:
 
 
 def local_model_dir(base: dict[str, Any]) -> Path:
-    """The base's directory on disk: a local base as is, a hub base from the Hugging Face cache/download."""
-    if base["source"] == "local":
-        return Path(base["name_or_path"])
+    """The base's directory on disk: a local or registry base as is (after its sha256 check), a hub base from the
+    Hugging Face cache/download."""
+    if base["source"] in ("local", "registry"):
+        return Path(pinned_base_path(base))
     from huggingface_hub import snapshot_download
 
     return Path(snapshot_download(base["name_or_path"], revision=base.get("revision"), allow_patterns=HUB_PATTERNS))
 
 
-def training_tokenizer(model_dir: Path) -> Any:
-    """The base tokenizer with a training chat template (``{% generation %}`` markers), as TRL would use."""
+def training_tokenizer(model_dir: Path, tool_format: str = "auto") -> Any:
+    """The base tokenizer carrying its tool format's training chat template (``{% generation %}`` markers).
+
+    ``tool_format`` is ``TrainConfig.tool_format`` (see :func:`trainers.formats.apply_tool_format`);
+    ToolFormatError when no format fits the base.
+    """
     from transformers import AutoTokenizer
-    from trl.chat_template_utils import get_training_chat_template
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    if not tokenizer.chat_template:
-        raise ConfigError(f"the tokenizer in {model_dir} has no chat template")
-    try:
-        template = get_training_chat_template(tokenizer)
-    except ValueError as exc:
-        raise ConfigError(f"{model_dir}: the chat template cannot mark assistant tokens for the loss ({exc})") from None
-    if template is not None:
-        tokenizer.chat_template = template
+    apply_tool_format(tokenizer, tool_format, where=str(model_dir))
     return tokenizer
 
 
@@ -278,7 +277,7 @@ def train_lora_mlx(model_dir: Path, rows: list[dict[str, Any]], adapter_dir: Pat
     mx, _, optim = import_mlx()
     if not rows:
         raise ConfigError("local-mlx needs at least one training row")
-    tokenizer = training_tokenizer(model_dir)
+    tokenizer = training_tokenizer(model_dir, config.tool_format)
     encoded = encode_rows(tokenizer, rows, config.max_length)
     model = lora_mlx_model(model_dir, config.seed, config.lora_rank)
     steps = planned_steps(len(rows), config.batch_size, config.epochs)
@@ -309,10 +308,10 @@ def train_lora_mlx(model_dir: Path, rows: list[dict[str, Any]], adapter_dir: Pat
                      stopped_by=stopped_by)
 
 
-def _torch_base(model_dir: Path) -> tuple[Any, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def _torch_base(model_dir: Path, tool_format: str) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer = training_tokenizer(model_dir, tool_format)
     return AutoModelForCausalLM.from_pretrained(model_dir, use_safetensors=True).eval(), tokenizer
 
 
@@ -322,7 +321,7 @@ def write_peft_checkpoint(result: MLXResult, checkpoint: Path, model_dir: Path, 
     if checkpoint.exists():
         shutil.rmtree(checkpoint)
     mlx_to_peft(result.adapter_dir, checkpoint, base_model_name_or_path=base["name_or_path"])
-    training_tokenizer(model_dir).save_pretrained(checkpoint)
+    training_tokenizer(model_dir, config_json.get("tool_format", "auto")).save_pretrained(checkpoint)
     atomic_write_json(checkpoint / "train_config.json", config_json)
     return checkpoint
 
@@ -345,7 +344,7 @@ class MLXSFTTrainer:
 
     def start_policy(self) -> tuple[Any, Any]:
         """The torch base (evaluated by the same harness as every target)."""
-        return _torch_base(self.model_dir)
+        return _torch_base(self.model_dir, self.config.tool_format)
 
     def fit(self, budget: Budget, log: Log) -> FitResult:
         """mlx LoRA training, then the adapter converted to a PEFT checkpoint."""

@@ -21,9 +21,10 @@ from world_format.kit import Kit
 
 from .budget import Budget, Log, Stop
 from .config import TrainConfig
-from .errors import ConfigError, TrainerError
+from .errors import ConfigError, ToolFormatError, TrainerError
 from .evaluation import EvalSummary
 from .fit import FitResult
+from .formats import apply_tool_format
 from .grounding import with_grounding_repeats
 from .lora import peft_lora_config
 from .report import sft_report
@@ -50,15 +51,27 @@ def _training_row(row: dict[str, Any]) -> dict[str, Any]:
     return {"messages": row["messages"], "tools": row.get("tools") or []}
 
 
-def count_row_tokens(tokenizer: Any, row: dict[str, Any]) -> int:
-    """Number of tokens the chat template gives ``row`` (as the trainer will tokenize it)."""
+def row_ids(tokenizer: Any, row: dict[str, Any]) -> list[int]:
+    """The token ids the chat template gives ``row`` (as the trainer will tokenize it).
+
+    ToolFormatError when the template refuses the row (Llama 3.x: two calls in one turn).
+    """
+    from jinja2.exceptions import TemplateError
+
     clean = _training_row(row)
-    ids = tokenizer.apply_chat_template(
-        clean["messages"], tools=clean["tools"] or None, tokenize=True, return_dict=False
-    )
+    try:
+        ids = tokenizer.apply_chat_template(clean["messages"], tools=clean["tools"] or None, tokenize=True,
+                                            return_dict=False)
+    except TemplateError as exc:
+        raise ToolFormatError(f"the chat template cannot render this row: {exc}") from None
     if isinstance(ids, dict) or hasattr(ids, "keys"):
         ids = ids["input_ids"]
-    return len(ids)
+    return list(ids)
+
+
+def count_row_tokens(tokenizer: Any, row: dict[str, Any]) -> int:
+    """Number of tokens the chat template gives ``row`` (:func:`row_ids`)."""
+    return len(row_ids(tokenizer, row))
 
 
 def _check_lengths(tokenizer: Any, rows: list[dict[str, Any]], max_length: int) -> list[int]:
@@ -259,8 +272,7 @@ def train_sft(
         raise ConfigError("max_steps must be >= 1 when given")
     lora, model_dir, out_dir = not config.full, Path(model_dir), Path(out_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    if not tokenizer.chat_template:
-        raise ConfigError(f"the tokenizer in {model_dir} has no chat template")
+    apply_tool_format(tokenizer, config.tool_format, where=str(model_dir))
     _check_lengths(tokenizer, rows, config.max_length)
     cuda = torch.cuda.is_available()
     bf16 = bool(cuda and torch.cuda.is_bf16_supported())
@@ -304,8 +316,9 @@ class TorchSFTTrainer:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         path = self.base["name_or_path"]
-        return AutoModelForCausalLM.from_pretrained(path, use_safetensors=True).eval(), \
-            AutoTokenizer.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        apply_tool_format(tokenizer, self.config.tool_format, where=path)
+        return AutoModelForCausalLM.from_pretrained(path, use_safetensors=True).eval(), tokenizer
 
     def fit(self, budget: Budget, log: Log) -> FitResult:
         """Train every weight or a LoRA adapter; the checkpoint also holds the resolved config."""

@@ -38,8 +38,9 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) ->
         echo_json(entries)
         return
     for entry in entries:
+        offline = f"  offline: {entry['offline']['package']}" if entry.get("offline") else ""
         typer.echo(f"{entry['id']:<36} {entry['params_b']:>5}B  SFT ~{entry['vram_sft_gb']} GB  "
-                   f"GRPO ~{entry['vram_grpo_gb']} GB")
+                   f"GRPO ~{entry['vram_grpo_gb']} GB{offline}")
 
 
 def tiny_model(kit: Path = typer.Option(..., "--kit", help="Kit whose text trains the tokenizer."),
@@ -103,9 +104,34 @@ def _plan_line(record: dict[str, Any], out: Path, refusal: str | None) -> str:
         memory = record["unified_memory"]
         extras.append(f"about {memory['estimate_gb']:g} GB of unified memory (a Mac with "
                       f"{memory['mac_memory_gb']} GB or more)")
-    return (f"plan written to {out / 'plan.json'}: {record['rows']} rows, "
+    head = (f"plan written to {out / 'plan.json'}: {record['rows']} rows, "
             f"{record['estimated_optimizer_steps']} optimizer steps" + "".join(f", {e}" for e in extras)
             + (f"; cannot run as configured: {refusal}" if refusal else ""))
+    return "\n".join([head, *_base_lines(record)])
+
+
+def _base_lines(record: dict[str, Any]) -> list[str]:
+    """Where the base comes from, its tool format and what the rows cost, as the dry run prints them."""
+    base, fmt, tokens, cost = record["base"], record["tool_format"], record["tokens"], record.get("cost") or {}
+    if base["source"] == "registry":
+        origin = base["origin"]
+        lines = [f"  base: {base['id']} from the registry package {origin['package']} {origin['package_version']} "
+                 f"({origin['file']}, sha256 {origin['sha256']}), converted to {base['name_or_path']} "
+                 f"(sha256 {base['sha256']})"]
+    elif base["source"] == "local":
+        lines = [f"  base: the local model {base['name_or_path']} (sha256 {base['sha256']})"]
+    else:
+        lines = [f"  base: {base['name_or_path']} from the Hugging Face hub at revision {base['revision']}"]
+    lines.append(f"  tool format: {fmt['name']} ({fmt['reason']})")
+    if tokens.get("tokenized"):
+        lines.append(f"  tokens: {tokens['mean_row_tokens']:g} per row on average (longest "
+                     f"{tokens['max_row_tokens']}); the shared prefix (system prompt and tool list) is "
+                     f"{tokens['shared_prefix_tokens']} of them, "
+                     f"{tokens['shared_prefix_share']:.0%} of a row")
+    if cost.get("estimated") and cost.get("minutes") is not None:
+        lines.append(f"  cost: about {cost['minutes']:g} minutes of training on this machine "
+                     f"({cost['trained_tokens']:,} tokens at {cost['tokens_per_second']:g} tokens/s: {cost['how']})")
+    return lines
 
 
 def train(config_file: Path | None = typer.Option(None, "--config", help="A JSON file of TrainConfig fields (what "

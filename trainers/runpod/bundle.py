@@ -67,7 +67,7 @@ def _bundle_sources(config: TrainConfig, kit: Kit, plan_record: Mapping[str, Any
     assert config.init_adapter is not None
     sources = [("kit", kit.root), ("init_adapter", config.init_adapter)]
     base = plan_record.get("base") or {}
-    if base.get("source") == "local":
+    if base.get("source") in ("local", "registry"):
         sources.append(("base", Path(base["name_or_path"])))
     if settings.install:
         root = source_root()

@@ -1,0 +1,50 @@
+"""Llama 3.x's tool format: one bare JSON call per turn, ``{"name": ..., "parameters": {...}}``, results as ``ipython``.
+
+From the Llama 3.1 and 3.2 model cards (meta-llama/Llama-3.2-1B-Instruct, "Tool use with
+JSON-based function calling") and Meta's chat template: custom tools are JSON schemas in the first
+user message, the assistant answers a call with one JSON object whose arguments are under
+``parameters``, followed by ``<|eot_id|>``, and the tool result comes back in the ``ipython`` role.
+The template writes one call per assistant turn (Meta's raises on more); a kit row with two calls in
+one turn cannot be written in this format (ToolFormatError). The parser also accepts ``arguments``
+for ``parameters`` and a leading ``<|python_tag|>`` (Llama 3.1's built-in-tool prefix).
+"""
+
+from __future__ import annotations
+
+import json
+
+from .format import ToolFormat
+from .parsed import ParsedTurn, checked_call, strip_tokens
+
+END_TOKENS: tuple[str, ...] = ("<|eot_id|>", "<|eom_id|>", "<|end_of_text|>")
+PYTHON_TAG = "<|python_tag|>"
+
+
+def parse_llama3(text: str) -> ParsedTurn:
+    """A turn that starts with ``{`` is one call (else a parse error); any other turn is the answer."""
+    body = strip_tokens(text, END_TOKENS).strip()
+    if body.startswith(PYTHON_TAG):
+        body = body[len(PYTHON_TAG):].lstrip()
+    if not body.startswith("{"):
+        return ParsedTurn(content=body)
+    where = "tool call 0"
+    try:
+        value, end = json.JSONDecoder().raw_decode(body)
+    except json.JSONDecodeError as exc:
+        return ParsedTurn(parse_errors=[f"{where}: invalid JSON ({exc.msg} at char {exc.pos})"])
+    except RecursionError:
+        return ParsedTurn(parse_errors=[f"{where}: JSON nested too deeply"])
+    if body[end:].strip():
+        return ParsedTurn(parse_errors=[f"{where}: text after the call's JSON object (one call per turn)"])
+    aliased = isinstance(value, dict) and "parameters" not in value and "arguments" in value
+    key = "arguments" if aliased else "parameters"
+    call, error = checked_call(value, where, key)
+    return ParsedTurn(tool_calls=[call] if call else [], parse_errors=[error] if error else [])
+
+
+LLAMA3 = ToolFormat(
+    name="llama3", template_file="llama3.jinja", end_tokens=END_TOKENS,
+    control_tokens=("<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"),
+    parser=parse_llama3, bos_token="<|begin_of_text|>", one_call_per_turn=True,
+    source="Meta's Llama 3.2 chat template (meta-llama/Llama-3.2-*-Instruct; TRL 1.16 trl/chat_templates/"
+           "llama3_2.jinja) with generation markers and a fixed date; Llama 3.1/3.2 model cards, JSON tool calling")
