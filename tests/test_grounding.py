@@ -52,6 +52,30 @@ def test_a_string_the_user_never_wrote_does_not_count() -> None:
     assert grounding_turns(email_row("kim.lee@example.com", said="Kim Lee")) == []
 
 
+def order_row(said: str) -> dict[str, Any]:
+    """identify the customer by email, then read the order they named by its number."""
+    row = email_row("kim.lee@example.com")
+    row["messages"][1]["content"] = f"Hi, this is kim.lee@example.com. {said}"
+    row["messages"][4] = _call("get_order", {"order_id": 50123})
+    return row
+
+
+@pytest.mark.parametrize(("said", "turns"), [
+    ("What is the status of my order 50123?", [2, 4]),  # the order number the customer wrote is grounding
+    ("What is the status of my order 501234?", [2]),  # a longer number is not that one
+    ("My order 5.50123 in total?", [2]),  # nor is a figure with a decimal point
+    ("Where is my latest order?", [2]),  # an id read from an observation is not grounding
+])
+def test_an_integer_the_customer_wrote_counts_as_grounding_as_a_whole_number(said: str, turns: list[int]) -> None:
+    assert grounding_turns(order_row(said)) == turns
+
+
+def test_a_row_with_several_grounding_calls_gives_one_example_up_to_the_last_of_them() -> None:
+    row = order_row("What is the status of my order 50123?")
+    (example,) = grounding_examples([row])
+    assert example["messages"] == row["messages"][:5]
+
+
 def test_a_grounding_example_is_the_executed_conversation_up_to_and_including_that_call() -> None:
     row = email_row("kim.lee@example.com")
     (example,) = grounding_examples([row])
@@ -112,7 +136,7 @@ def test_an_answer_quoting_an_observed_amount_counts_and_one_repeating_the_users
 
 def test_answer_repeats_come_after_the_grounding_repeats() -> None:
     rows = [email_row("kim.lee@example.com"), total_row("265.57")]
-    out = with_grounding_repeats(rows, 1, answer_repeats=2)
-    assert len(out) == 2 + 1 + 2
-    assert out[2]["messages"] == rows[0]["messages"][:3]
-    assert out[3]["messages"] == out[4]["messages"] == rows[1]["messages"]
+    out = with_grounding_repeats(rows, 1, answer_repeats=2)  # both rows ground (an email, an order number)
+    assert len(out) == 2 + 2 + 2
+    assert out[2]["messages"] == rows[0]["messages"][:3] and out[3]["messages"] == rows[1]["messages"][:3]
+    assert out[4]["messages"] == out[5]["messages"] == rows[1]["messages"]

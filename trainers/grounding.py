@@ -1,10 +1,11 @@
-"""Grounding turns: tool calls whose text arguments quote the user's own words, and their extra SFT examples.
+"""Grounding turns: tool calls whose arguments quote the user's own words, and their extra SFT examples.
 
-An agent grounds a request when it carries a value the user wrote (an email address, a SKU, a name) into a
-tool call. A model learns that by copying a span that starts at no fixed marker, which a small model learns
-late or not at all when those calls are a small share of the rows (see README: measured on the retail
-example). ``with_grounding_repeats`` adds each grounding turn again as its own short example: the executed
-conversation up to and including that call, nothing invented.
+An agent grounds a request when it carries a value the user wrote (an email address, a SKU, a name, an order
+number) into a tool call. A model learns that by copying a span that starts at no fixed marker, which a small
+model learns late or not at all when those calls are a small share of the rows (see README: measured on the
+retail example), and later in a conversation — after the identification's observation — harder still.
+``with_grounding_repeats`` adds each row's grounding again as one short example: the executed conversation up
+to and including its last grounding call (so every grounding call of the row is in it), nothing invented.
 """
 
 from __future__ import annotations
@@ -23,20 +24,31 @@ _FIGURE = re.compile(r"\d+\.\d+")
 """A figure with a fractional part (an amount such as 265.57): quoting one means copying it, digit by digit."""
 
 
-def _string_leaves(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
+def _leaves(value: Any) -> Iterator[str | int]:
+    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
         yield value
     elif isinstance(value, dict):
         for item in value.values():
-            yield from _string_leaves(item)
+            yield from _leaves(item)
     elif isinstance(value, list):
         for item in value:
-            yield from _string_leaves(item)
+            yield from _leaves(item)
+
+
+def _quoted(value: str | int, user_text: str) -> bool:
+    """A string the user wrote verbatim, or an integer they wrote as a whole number (``50123`` in "order 50123",
+    not in "501234" or "5.50123"), of at least :data:`MIN_QUOTED_CHARS` characters."""
+    text = str(value)
+    if len(text) < MIN_QUOTED_CHARS:
+        return False
+    if isinstance(value, str):
+        return text in user_text
+    return re.search(rf"(?<![\d.]){re.escape(text)}(?![\d]|\.\d)", user_text) is not None
 
 
 def _quotes(call: dict[str, Any], user_text: str) -> bool:
     arguments = call.get("function", {}).get("arguments")
-    return any(len(s) >= MIN_QUOTED_CHARS and s in user_text for s in _string_leaves(arguments))
+    return any(_quoted(value, user_text) for value in _leaves(arguments))
 
 
 def _assistant_turns(row: dict[str, Any]) -> Iterator[tuple[int, dict[str, Any], str, str]]:
@@ -53,7 +65,7 @@ def _assistant_turns(row: dict[str, Any]) -> Iterator[tuple[int, dict[str, Any],
 
 
 def grounding_turns(row: dict[str, Any]) -> list[int]:
-    """Indexes of the assistant messages whose tool calls pass a string the user wrote earlier, verbatim."""
+    """Indexes of the assistant messages whose tool calls pass a value the user wrote earlier, verbatim."""
     return [index for index, message, user_text, _ in _assistant_turns(row)
             if any(_quotes(call, user_text) for call in message.get("tool_calls") or [])]
 
@@ -77,9 +89,14 @@ def _prefix_examples(rows: list[dict[str, Any]],
     return examples
 
 
+def _last_grounding_turn(row: dict[str, Any]) -> list[int]:
+    return grounding_turns(row)[-1:]
+
+
 def grounding_examples(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One example per grounding turn: the row's messages up to and including that turn, with the row's tools."""
-    return _prefix_examples(rows, grounding_turns)
+    """One example per row with a grounding turn: its messages up to and including the last one (every grounding
+    call of the row is in it), with the row's tools."""
+    return _prefix_examples(rows, _last_grounding_turn)
 
 
 def answer_quote_examples(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
