@@ -64,6 +64,7 @@ def sft_only(args: argparse.Namespace) -> dict[str, Any]:
     from trainers.export import export_model, load_export
     from trainers.run import evaluate_policy
     from trainers.sft_torch import count_row_tokens, train_sft
+    from world_format.canonical import atomic_write_json
     from world_format.kit import open_kit
 
     loads = [_load()]
@@ -89,6 +90,7 @@ def sft_only(args: argparse.Namespace) -> dict[str, Any]:
             summary = evaluate_policy(model, tokenizer, kit.world(), cases, config, lambda m: print(m, flush=True),
                                       "sft")
             eval_seconds = time.monotonic() - started
+            atomic_write_json(out / "sft" / "eval_cases_sft.json", [r.to_json() for r in summary.results])
             loads.append(_load())
     epochs = config.epochs
     return {"mode": "sft", "tool_format": args.tool_format, "train_cases_per_task": args.train_cases,
