@@ -31,6 +31,10 @@ Run (one heavy run at a time on a shared machine)::
 
     nice .venv/bin/python benchmarks/episode_speed.py
     nice .venv/bin/python benchmarks/episode_speed.py --skip-smollm2 --tiny-rounds 3
+    nice .venv/bin/python benchmarks/episode_speed.py --tiny-rounds 0 --skip-smollm2 --export out/real_base/run/export
+
+``--export`` measures a trained model (a LoRA export on SmolLM2, whose turns are short tool calls over several turns)
+the same way, in the tool format its tokenizer carries.
 """
 
 from __future__ import annotations
@@ -188,6 +192,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--smollm2-templates", default="qwen2_5,compact",
                         help=f"comma-separated, of {', '.join(TEMPLATES)}")
     parser.add_argument("--skip-smollm2", action="store_true")
+    parser.add_argument("--export", type=Path, default=None,
+                        help="also measure a trained export (such as the SFT adapter benchmarks/real_base.py leaves "
+                             "in OUT/run/export) on the --smollm2-cases cases, in the tool format it was trained in")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for both paths (0: torch's default)")
     parser.add_argument("--json", type=Path, help="also write the records here")
     args = parser.parse_args(argv)
@@ -204,9 +211,11 @@ def main(argv: list[str] | None = None) -> None:
         built = build_kit(ROOT / "examples" / "retail_desk" / "world.json", Path(tmp) / "kit", BuildConfig())
         with open_kit(Path(built["kit"]["path"])) as kit:
             cases = kit.cases("eval")
-            started = time.perf_counter()
-            model, tokenizer = trained_tiny(kit, Path(tmp) / "tiny", args.tiny_steps)
-            print(f"tiny model trained ({args.tiny_steps} steps) in {time.perf_counter() - started:.0f} s", flush=True)
+            if args.tiny_rounds:
+                started = time.perf_counter()
+                model, tokenizer = trained_tiny(kit, Path(tmp) / "tiny", args.tiny_steps)
+                print(f"tiny model trained ({args.tiny_steps} steps) in {time.perf_counter() - started:.0f} s",
+                      flush=True)
             for round_ in range(1, args.tiny_rounds + 1):
                 records[f"tiny_round_{round_}"] = record = measure(model, tokenizer, kit, cases, args,
                                                                    args.tiny_max_new_tokens)
@@ -223,6 +232,13 @@ def main(argv: list[str] | None = None) -> None:
                     records[f"smollm2_{name}"] = record = measure(model, tokenizer, kit, chosen, args,
                                                                   args.smollm2_max_new_tokens)
                     report(f"SmolLM2-135M-Instruct, {name} tool template", record)
+            if args.export is not None:
+                from trainers.export import load_export
+
+                model, tokenizer, _ = load_export(args.export)
+                records["export"] = record = measure(model.eval(), tokenizer, kit, spread(cases, args.smollm2_cases),
+                                                     args, args.smollm2_max_new_tokens)
+                report(f"export {args.export}", record)
     if args.json:
         args.json.write_text(json.dumps(records, indent=1) + "\n", encoding="utf-8")
 

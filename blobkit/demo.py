@@ -1,4 +1,11 @@
-"""The README's main job: build a kit from the bundled example, train a tiny model, evaluate, export, replay."""
+"""The README's main job: build a kit from the bundled example, train, evaluate, export, replay.
+
+Without ``--base``: the tiny model from scratch (full-weight SFT). With ``--base`` (a catalog id such as
+``HuggingFaceTB/SmolLM2-135M-Instruct``, which resolves offline to a registry copy, or a local model directory):
+a LoRA adapter by SFT, then GRPO from that adapter, both evaluated on the same held-out cases, and the RL export
+replayed in a fresh process. ``benchmarks/real_base.py`` runs the same job (:func:`whole_job`) with other
+settings and records its figures.
+"""
 
 from __future__ import annotations
 
@@ -8,20 +15,29 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAIN_CASES_PER_TASK = 400
 """Training cases per task of the demo's kit. The tiny model starts from random weights: learning to copy ids and
 emails from scratch needs many distinct cases more than many epochs. ``blobkit company train --base-model tiny``
 builds its kit with the same number."""
+BASE_TRAIN_CASES_PER_TASK = 16
+"""Training cases per task of the demo's kit for a pretrained base (``--base``): the retail kit's 177 SFT rows.
+Chosen by measurement on SmolLM2-135M-Instruct on a 2-core CPU (benchmarks/real_base.py, benchmarks/README.md)."""
+BASE_SFT: dict[str, Any] = {"epochs": 1, "learning_rate": 1e-3, "batch_size": 4}
+"""SFT settings of the demo with ``--base``, on top of the ``lora`` preset (benchmarks/README.md has the sweep)."""
+BASE_RL: dict[str, Any] = {"steps": 8, "group_size": 4, "batch_size": 8, "learning_rate": 1e-5}
+"""GRPO settings of the demo with ``--base``, from the SFT adapter, on top of the ``lora`` preset."""
 
 
-def _run(*args: str, offline: bool, judged: bool = False) -> str:
+def _run(*args: str, env: Mapping[str, str], judged: bool = False) -> str:
     """Run one blobkit command in its own process; its stdout. ``judged``: exit 1 is a verdict, not a failure."""
     print("+ blobkit " + " ".join(args), file=sys.stderr, flush=True)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"} if offline else dict(os.environ)
-    result = subprocess.run([sys.executable, "-m", "blobkit.cli", *args], text=True, stdout=subprocess.PIPE, env=env)
+    result = subprocess.run([sys.executable, "-m", "blobkit.cli", *args], text=True, stdout=subprocess.PIPE,
+                            env=dict(env))
     if result.returncode not in ((0, 1) if judged else (0,)):
         raise SystemExit(f"blobkit {args[0]} failed with exit code {result.returncode}")
     return result.stdout
@@ -39,48 +55,121 @@ def training_flags(base: str | None, epochs: str | None, grounding_repeats: str 
     return flags
 
 
+def base_flags(values: Mapping[str, Any]) -> list[str]:
+    """``blobkit train`` flags for TrainConfig values (``--lr`` is the learning rate's flag)."""
+    flags: list[str] = []
+    for name, value in values.items():
+        flag = "--lr" if name == "learning_rate" else "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            flags += [flag] if value else []
+        else:
+            flags += [flag, str(value)]
+    return flags
+
+
+class _Stages:
+    """Seconds and 1-minute load averages of each step of a job, in order."""
+
+    def __init__(self) -> None:
+        self.record: dict[str, dict[str, float]] = {}
+
+    def run(self, name: str, *args: str, env: Mapping[str, str], judged: bool = False) -> str:
+        load, started = os.getloadavg()[0], time.monotonic()
+        out = _run(*args, env=env, judged=judged)
+        self.record[name] = {"seconds": round(time.monotonic() - started, 1), "load_before": round(load, 2),
+                             "load_after": round(os.getloadavg()[0], 2)}
+        return out
+
+
+def whole_job(world: Path, out: Path, base: str | None, train_cases: int, sft_flags: list[str],
+              rl_flags: list[str] | None, env: Mapping[str, str]) -> dict[str, Any]:
+    """Build → (tiny model) → SFT (base and SFT evaluated) → GRPO from the SFT export when ``rl_flags`` is given
+    (SFT and RL evaluated on the same cases) → replay of the last export in a fresh process.
+
+    Every step is its own ``blobkit`` process with ``env``. ``base`` None builds the tiny model. Returns the build
+    record's counts, each run's eval.json (``sft``, ``rl``), the replay record, and each stage's seconds and load.
+    """
+    stages = _Stages()
+    build = json.loads(stages.run("build", "build", "--world", str(world), "--out", str(out / "kit"),
+                                  "--train-cases", str(train_cases), "--eval-cases", "4" if base is None else "6",
+                                  "--json", env=env))
+    kit = build["kit"]["path"]
+    if base is None:
+        base = str(out / "tiny")
+        stages.run("tiny-model", "tiny-model", "--kit", kit, "--out", base, env=env)
+    common = ["--world", kit, "--base", base, "--target", "local-torch", "--json"]
+    record: dict[str, Any] = {"kit": build["kit"], "sft_rows": build["sft_rows"], "eval_cases": build["eval_cases"],
+                              "train_cases_per_task": train_cases}
+    record["sft"] = json.loads(stages.run("sft", "train", *common, "--method", "sft", *sft_flags, "--out",
+                                          str(out / "run"), env=env))
+    last = out / "run"
+    if rl_flags is not None:
+        record["rl"] = json.loads(stages.run("grpo", "train", *common, "--method", "grpo", "--init-adapter",
+                                             str(out / "run" / "export"), *rl_flags, "--out", str(out / "rl"),
+                                             env=env))
+        last = out / "rl"
+    replay = json.loads(stages.run("replay", "replay", "--model", str(last / "export"), "--kit", kit, "--json",
+                                   env=env, judged=True))
+    label = "rl" if rl_flags is not None else "sft"
+    evaluated = json.loads((last / f"eval_cases_{label}.json").read_text(encoding="utf-8"))
+    then = next((case["passed"] for case in evaluated if case["case_id"] == replay["case_id"]), None)
+    record["replay"] = {"case_id": replay["case_id"], "export": str(last / "export"),
+                        "outcome": replay["verdict"]["outcome"], "evaluated_as": label,
+                        "evaluation_passed": then, "agrees": then == (replay["verdict"]["outcome"] == "pass")}
+    record["stages"] = stages.record
+    record["minutes"] = round(sum(stage["seconds"] for stage in stages.record.values()) / 60, 2)
+    return record
+
+
+def print_summary(record: dict[str, Any]) -> None:
+    """The demo's table: every evaluated model's held-out pass rate with its cases, entities and interval."""
+    rows = [("base", record["sft"]["base"]), ("sft", record["sft"]["sft"])]
+    if "rl" in record:
+        rows += [("sft (as GRPO's start)", record["rl"]["sft"]), ("rl", record["rl"]["rl"])]
+    print(f"\n{'model':<22}{'held-out pass rate':>20}{'cases':>8}{'entities':>10}{'95 % interval':>16}")
+    for name, summary in rows:
+        low, high = summary["interval_95"]
+        print(f"{name:<22}{summary['pass_rate']:>20.3f}{summary['cases']:>8}{summary['entities']:>10}"
+              f"{f'{low:.2f}-{high:.2f}':>16}")
+    print(f"\nkit {record['kit']['archive']} ({record['sft_rows']} SFT rows, {record['eval_cases']} held-out cases)")
+    print(f"SFT optimizer updates {record['sft']['optimizer_updates']}"
+          + (f"; GRPO optimizer updates {record['rl']['optimizer_updates']} in {record['rl']['steps_completed']} "
+             f"steps" if "rl" in record else ""))
+    replay = record["replay"]
+    then = {True: "pass", False: "fail", None: "not evaluated"}[replay["evaluation_passed"]]
+    agrees = "the same verdict" if replay["agrees"] else f"NOT the evaluation's verdict ({then})"
+    print(f"replay of {replay['case_id']} by {replay['export']} in a fresh process: {replay['outcome']}, {agrees}")
+    print("minutes per step: " + ", ".join(f"{name} {stage['seconds'] / 60:.1f}"
+                                            for name, stage in record["stages"].items()))
+    print(f"whole demo: {record['minutes']:.1f} minutes")
+
+
 def main() -> None:
     """Run every step in its own process (so the replay reloads the export from disk)."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("out/demo"))
     parser.add_argument("--world", type=Path, default=ROOT / "examples" / "retail_desk" / "world.json")
     parser.add_argument("--base", default=None,
-                        help="train a LoRA adapter on this base (a catalog id such as Qwen/Qwen2.5-0.5B-Instruct, "
-                             "which needs the hub and is meant for a GPU, or a local model directory) instead of "
-                             "building the tiny model")
+                        help="train a LoRA adapter on this base (SFT, then GRPO from it) instead of building the tiny "
+                             "model: a catalog id (HuggingFaceTB/SmolLM2-135M-Instruct runs offline on a CPU; the "
+                             "others need the hub and are meant for a GPU) or a local model directory")
     parser.add_argument("--epochs", default=None, help="SFT epochs (default: the preset's)")
     parser.add_argument("--grounding-repeats", default=None, help="SFT grounding repeats (default: the preset's)")
     parser.add_argument("--answer-quote-repeats", default=None, help="SFT answer-quote repeats (default: the "
                                                                      "preset's)")
+    parser.add_argument("--no-rl", action="store_true", help="with --base: stop after SFT")
     args = parser.parse_args()
-    offline = args.base is None
-    started = time.monotonic()
-    record = json.loads(_run("build", "--world", str(args.world), "--out", str(args.out / "kit"), "--train-cases",
-                             str(TRAIN_CASES_PER_TASK), "--eval-cases", "4", "--json", offline=offline))
-    kit = record["kit"]["path"]
-    base = args.base
-    if base is None:
-        base = str(args.out / "tiny")
-        _run("tiny-model", "--kit", kit, "--out", base, offline=offline)
-    flags = training_flags(args.base, args.epochs, args.grounding_repeats, args.answer_quote_repeats)
-    report = json.loads(_run("train", "--world", kit, "--base", base, "--method", "sft", "--target", "local-torch",
-                             *flags, "--out", str(args.out / "run"), "--json", offline=offline))
-    replay = json.loads(_run("replay", "--model", str(args.out / "run" / "export"), "--kit", kit, "--json",
-                             offline=offline, judged=True))
-    minutes = (time.monotonic() - started) / 60
-    print(f"\n{'model':<8}{'held-out pass rate':>20}{'cases':>8}{'entities':>10}{'95 % interval':>16}")
-    for name in ("base", "sft"):
-        low, high = report[name]["interval_95"]
-        print(f"{name:<8}{report[name]['pass_rate']:>20.3f}{report[name]['cases']:>8}{report[name]['entities']:>10}"
-              f"{f'{low:.2f}-{high:.2f}':>16}")
-    print(f"\nkit {record['kit']['archive']} ({record['sft_rows']} SFT rows, {record['eval_cases']} held-out cases)")
-    print(f"optimizer updates {report['optimizer_updates']}; export {args.out / 'run' / 'export'}")
-    evaluated = json.loads((args.out / "run" / "eval_cases_sft.json").read_text(encoding="utf-8"))
-    then = next(("pass" if case["passed"] else "fail" for case in evaluated if case["case_id"] == replay["case_id"]),
-                "not evaluated")
-    agrees = "the same verdict" if then == replay["verdict"]["outcome"] else f"NOT the evaluation's verdict ({then})"
-    print(f"replay of {replay['case_id']} in a fresh process: {replay['verdict']['outcome']}, {agrees}")
-    print(f"whole demo: {minutes:.1f} minutes")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"} if args.base is None else dict(os.environ)
+    if args.base is None:
+        record = whole_job(args.world, args.out, None, TRAIN_CASES_PER_TASK,
+                           training_flags(None, args.epochs, args.grounding_repeats, args.answer_quote_repeats),
+                           None, env)
+    else:
+        given = training_flags(args.base, args.epochs, args.grounding_repeats, args.answer_quote_repeats)
+        sft = {name: value for name, value in BASE_SFT.items() if name != "epochs" or args.epochs is None}
+        record = whole_job(args.world, args.out, args.base, BASE_TRAIN_CASES_PER_TASK, given + base_flags(sft),
+                           None if args.no_rl else ["--preset", "lora", *base_flags(BASE_RL)], env)
+    print_summary(record)
 
 
 if __name__ == "__main__":

@@ -62,7 +62,8 @@ def test_sft_beats_the_base_on_held_out_cases_then_grpo_updates_and_the_export_r
 
 
 @pytest.mark.slow
-def test_the_demo_with_a_given_base_trains_a_lora_adapter_on_it_instead_of_the_tiny_model(tmp_path: Path) -> None:
+def test_the_demo_with_a_given_base_trains_a_lora_adapter_on_it_then_grpo_from_it_and_replays_the_rl_export(
+        tmp_path: Path) -> None:
     record = blobkit("build", "--world", str(ROOT / "examples" / "retail_desk" / "world.json"), "--out",
                      str(tmp_path / "kit"), "--train-cases", "40", "--eval-cases", "2")
     base = tmp_path / "pretrained"
@@ -78,5 +79,8 @@ def test_the_demo_with_a_given_base_trains_a_lora_adapter_on_it_instead_of_the_t
     assert plan["config"]["base"] == str(base) and plan["config"]["full"] is False
     assert plan["config"]["grounding_repeats"] == 0 and plan["config"]["answer_quote_repeats"] == 0
     assert (out / "run" / "export" / "adapter_model.safetensors").is_file()
-    assert "held-out pass rate" in done.stdout and "in a fresh process:" in done.stdout
+    rl = json.loads((out / "rl" / "plan.json").read_text(encoding="utf-8"))
+    assert rl["config"]["method"] == "grpo" and rl["config"]["init_adapter"] == str(out / "run" / "export")
+    assert (out / "rl" / "export" / "adapter_model.safetensors").is_file()
+    assert "held-out pass rate" in done.stdout and f"by {out / 'rl' / 'export'} in a fresh process:" in done.stdout
     assert ", the same verdict" in done.stdout  # the reloaded export reproduces the evaluation's verdict

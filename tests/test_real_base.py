@@ -193,3 +193,116 @@ def test_a_tool_format_the_bases_tokenizer_cannot_hold_is_a_one_line_error_and_w
                              "local-torch", "--tool-format", "llama3"], capture_output=True, text=True, check=False)
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "single tokens" in result.stderr
     assert not (out / "plan.json").exists()
+
+
+# ------------------------------------------------------- the whole job on SmolLM2, mechanics only (slow, a few minutes)
+
+
+def _cli(*args: str, judged: bool = False) -> dict[str, Any]:
+    """``python -m blobkit.cli ARGS --json`` in a fresh process (the session's converted base, hub off)."""
+    done = subprocess.run([sys.executable, "-m", "blobkit.cli", *args, "--json"], text=True, capture_output=True,
+                          env={**os.environ, "TOKENIZERS_PARALLELISM": "false"}, timeout=900, check=False)
+    assert done.returncode in ((0, 1) if judged else (0,)), done.stderr[-3000:]
+    return dict(json.loads(done.stdout))
+
+
+def _masked_blocks(batch: dict[str, Any], tokenizer: Any) -> list[str]:
+    """The text of each run of labelled positions (labels != -100) of a one-row batch."""
+    labels = batch["labels"][0].tolist()
+    blocks, current = [], list[int]()
+    for label in [*labels, -100]:
+        if label != -100:
+            current.append(label)
+        elif current:
+            blocks.append(tokenizer.decode(current, skip_special_tokens=False))
+            current = []
+    return blocks
+
+
+def _adapter_tensors(export: Path) -> dict[str, Any]:
+    from safetensors.torch import load_file
+
+    return load_file(str(export / "adapter_model.safetensors"))
+
+
+@pytest.mark.slow
+def test_smollm2_goes_through_sft_grpo_evaluation_export_reload_and_replay_on_the_retail_kit(
+        smollm2_base: ResolvedBase, tmp_path: Path) -> None:
+    import torch
+    from tool_format_support import assistant_turns
+    from transformers import TrainerCallback
+
+    from blobkit.builder import BuildConfig, build_kit
+    from trainers.config import TrainConfig
+    from trainers.export import verify_export
+    from trainers.formats import FORMATS
+    from trainers.grpo import PolicySource, rl_cases, rollouts
+    from trainers.grpo_torch import TorchGRPOBackend
+    from trainers.sft_torch import train_sft
+    from world_format.kit import open_kit
+
+    world = Path(__file__).resolve().parent.parent / "examples" / "retail_desk" / "world.json"
+    record = build_kit(world, tmp_path / "kit", BuildConfig(train_cases_per_task=1, eval_cases_per_task=1))
+    kit_dir = Path(record["kit"]["path"])
+    with open_kit(kit_dir) as kit:
+        rows = kit.rows()[:4]
+        data = tmp_path / "rows.jsonl"
+        data.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+        blobkit = FORMATS["blobkit"]
+        expected = {json.dumps([blobkit.mask_lead + t.written + blobkit.mask_trail
+                                for t in assistant_turns(blobkit, row)[1]]) for row in rows}
+
+        # the labels TRL trains on are exactly the assistant turns' tokens, end token included
+        seen: list[list[str]] = []
+
+        class FirstBatch(TrainerCallback):
+            def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+                seen.append(_masked_blocks(next(iter(kw["train_dataloader"])), kw["processing_class"]))
+
+        config = TrainConfig(base=SMOLLM2, method="sft", target="local-torch", epochs=1, batch_size=1,
+                             max_length=4096, seed=0)
+        train_sft(Path(smollm2_base.name_or_path), rows, tmp_path / "probe", config, max_steps=1, progress=False,
+                  callbacks=[FirstBatch()])
+        assert seen and seen[0] and json.dumps(seen[0]) in expected
+
+        common = ["--world", str(kit_dir), "--base", SMOLLM2, "--target", "local-torch", "--preset", "lora",
+                  "--eval-limit", "2", "--max-new-tokens", "48", "--max-turns", "3"]
+        sft = _cli("train", *common, "--method", "sft", "--data", str(data), "--epochs", "1", "--batch-size", "1",
+                   "--lr", "1e-3", "--out", str(tmp_path / "sft"))
+        assert sft["optimizer_updates"] == 4 and sft["base"]["cases"] == sft["sft"]["cases"] == 2
+        manifest = verify_export(tmp_path / "sft" / "export")
+        assert manifest["base"]["sha256"] == smollm2_base.sha256 and manifest["kind"] == "lora"
+        lora_b = [t for name, t in _adapter_tensors(tmp_path / "sft" / "export").items() if "lora_B" in name]
+        assert lora_b and all(float(t.abs().sum()) > 0 for t in lora_b)  # B starts at zero: every update applied
+
+        rl = _cli("train", *common, "--method", "grpo", "--init-adapter", str(tmp_path / "sft" / "export"),
+                  "--data", str(data), "--steps", "1", "--group-size", "2", "--batch-size", "2", "--lr", "1e-5",
+                  "--out", str(tmp_path / "rl"))
+        assert rl["steps_completed"] == 1 and rl["model_calls"] > 0 and rl["rl"]["cases"] == 2
+        steps = [json.loads(line) for line in (tmp_path / "rl" / "rl_steps.jsonl").read_text().splitlines()]
+        assert len(steps) == 1 and steps[0]["episodes"] == 2 and rl["optimizer_updates"] == steps[0]["optimizer_update"]
+        assert verify_export(tmp_path / "rl" / "export")["base"]["sha256"] == smollm2_base.sha256
+
+        replay = _cli("replay", "--model", str(tmp_path / "rl" / "export"), "--kit", str(kit_dir), judged=True)
+        evaluated = json.loads((tmp_path / "rl" / "eval_cases_rl.json").read_text(encoding="utf-8"))
+        assert replay["case_id"] == evaluated[0]["case_id"] and replay["model_kind"] == "lora"
+        assert replay["verdict"]["outcome"] == ("pass" if evaluated[0]["passed"] else "fail")
+
+        # one GRPO update on SmolLM2's own sampled turns changes the adapter and scores only the generated tokens
+        # (stand-in advantages +1/-1: a few SFT steps rarely give a group two different rewards)
+        source = PolicySource(manifest["base"], tmp_path / "sft" / "export", str(tmp_path / "sft" / "export"))
+        rl_config = config.model_copy(update={"method": "grpo", "max_new_tokens": 24, "learning_rate": 1e-3,
+                                              "init_adapter": tmp_path / "sft" / "export"})
+        backend = TorchGRPOBackend(rl_config, source)
+        runtime = kit.world().runtime()
+        try:
+            sampled = rollouts(backend.sampler(), runtime, rl_cases(kit, rows)[:2], max_turns=1)
+        finally:
+            runtime.close()
+        assert all(r.turns and r.turns[0].new_ids for r in sampled)
+        before = {n: p.detach().clone() for n, p in backend.model.named_parameters() if p.requires_grad}
+        loss = backend.update(sampled, [1.0, -1.0])
+        after = dict(backend.model.named_parameters())
+        assert torch.isfinite(torch.tensor(loss)) and any(not torch.equal(before[n], after[n]) for n in before)
+        frozen = [p for p in backend.model.parameters() if not p.requires_grad]
+        assert frozen and all(p.grad is None for p in frozen)
