@@ -105,11 +105,19 @@ def test_tiny_model_reloads_with_identical_token_ids(tiny_dir: Path, tokenizer: 
     assert tokenizer.eos_token == "<|im_end|>" and tokenizer.pad_token == "<|endoftext|>"
     for tag in ("<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<tool_response>", "<tools>"):
         assert len(tokenizer.encode(tag, add_special_tokens=False)) == 1
-    digits = tokenizer.tokenize("12345")
-    assert len(digits) == 5
+    assert tokenizer.tokenize("12345") == ["12", "34", "5"]  # digit pairs from the run's first digit
     model = AutoModelForCausalLM.from_pretrained(tiny_dir, use_safetensors=True)
     assert isinstance(model, Qwen2ForCausalLM)
     assert model.config.vocab_size >= len(tokenizer)
+
+
+def test_an_order_number_reads_as_the_same_digit_pairs_in_a_message_a_tool_call_and_an_observation(
+        tokenizer: Any) -> None:
+    number = tokenizer.encode("50754", add_special_tokens=False)
+    assert [tokenizer.decode([i]) for i in number] == ["50", "75", "4"]
+    for text in ("my order 50754, please", '{"order_id": 50754}', '{"id":50754,"total":1.5}', "order #50754."):
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        assert any(ids[i:i + 3] == number for i in range(len(ids))), text
 
 
 def test_an_email_tokenizes_to_the_same_ids_in_a_message_and_in_a_tool_call() -> None:
@@ -265,9 +273,9 @@ def test_full_weight_training_learns_tool_calls_for_unseen_ids(tmp_path: Path) -
     base = build_tiny_model(row_texts(rows), tmp_path / "base", TinyModelConfig(seed=0, hidden_size=64,
                                                                                 vocab_size=1024))
     result = train_sft(base, rows, tmp_path / "sft", sft_config(learning_rate=5e-3, batch_size=8, seed=0, full=True,
-                                                                max_length=512), max_steps=400, progress=False,
+                                                                max_length=512), max_steps=1000, progress=False,
                        log_every=50)
-    assert result.kind == "full" and result.optimizer_steps == 400
+    assert result.kind == "full" and result.optimizer_steps == 1000
     first, last = result.loss_history[0][1], result.loss_history[-1][1]
     assert last < 0.1 * first
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "sft")

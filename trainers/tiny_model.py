@@ -11,7 +11,7 @@ class reconstructs its pipeline from ``vocab`` + ``merges``, so any other pre-to
 reload with different ids.
 
 What the vocabulary holds is ours to choose, and it is chosen so that a model trained from
-scratch can *copy* identifiers (the way it copies digits, which Qwen's regex already isolates):
+scratch can *copy* identifiers:
 
 - The BPE is trained with two extra splits in front (:data:`LETTER_RUN_PREFIX`,
   :data:`LOWERCASE_LETTER`), so no merge joins a space or quote to the letters after it, and no
@@ -19,6 +19,12 @@ scratch can *copy* identifiers (the way it copies digits, which Qwen's regex alr
   character ids in ``Hello, kenjib@yahoo.com`` and in ``{"email": "kenjib@yahoo.com"}``: a
   26-letter alphabet the model sees copied thousands of times, instead of name fragments that
   tokenise differently after a space and after a quote.
+- Every pair of digits ``00``-``99`` is an added token (:data:`DIGIT_PAIRS`), so a run of digits reads
+  as pairs from its first digit on: ``50754`` is ``50 75 4`` after a space, after ``": `` and after
+  ``#`` alike. Copying digit by digit, a model from scratch attends by the previous digit, and with
+  ten digits repeated across an order number, a customer id and dates in the context it picks the
+  wrong one (``50754`` copied as ``50474``, ``51346`` as ``51364``); a hundred pairs leave it far
+  fewer lookalikes. On the demo (retail, procedures declared, one run each): held-out 1/44 → 24/44.
 - Words that recur in the texts (outside email addresses) are added as whole tokens that only
   match whole words (:func:`frequent_words`), so ordinary text stays about as short as with a
   word-level BPE.
@@ -46,6 +52,8 @@ LETTER_RUN_PREFIX = r"[^\r\n\p{L}\p{N}](?=\p{L})"
 LOWERCASE_LETTER = r"\p{Ll}"
 EMAIL = re.compile(r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)+")
 WORD = re.compile(r"(?<![\w@.])[A-Za-z][A-Za-z_]*[A-Za-z](?![\w@])")
+# Added tokens for every two-digit string (see the module docstring).
+DIGIT_PAIRS: tuple[str, ...] = tuple(f"{i:02d}" for i in range(100))
 FREQUENT_WORD_MIN_COUNT = 10
 FREQUENT_WORD_LIMIT = 2000
 
@@ -182,6 +190,7 @@ def build_tokenizer(texts: Iterable[str], *, vocab_size: int = 2048) -> Any:
         {"additional_special_tokens": [AddedToken(t, special=True, normalized=False) for t in (IM_START,)]}
     )
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAG_TOKENS])
+    tok.add_tokens([AddedToken(pair, special=False, normalized=False) for pair in DIGIT_PAIRS])
     tok.add_tokens([AddedToken(line, special=False, normalized=False) for line in frequent_lines(corpus)])
     known = set(tok.get_vocab())
     tok.add_tokens([AddedToken(word, special=False, normalized=False, single_word=True)
