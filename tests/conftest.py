@@ -79,6 +79,19 @@ def fake(tmp_path: Path) -> Iterator[FakeRunPod]:
 
 
 @pytest.fixture(scope="session")
+def retail_kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The retail example built small (3 training and 2 held-out cases per task), open, for the GRPO and episode
+    tests."""
+    from blobkit.builder import BuildConfig, build_kit
+    from world_format.kit import open_kit
+
+    record = build_kit(ROOT / "examples" / "retail_desk" / "world.json", tmp_path_factory.mktemp("retail-kit"),
+                       BuildConfig(train_cases_per_task=3, eval_cases_per_task=2))
+    with open_kit(Path(record["kit"]["path"])) as kit:
+        yield kit
+
+
+@pytest.fixture(scope="session")
 def example_kits(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Every bundled example built once with the default build settings, by example name."""
     from blobkit.builder import BuildConfig, build_kit

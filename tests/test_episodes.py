@@ -13,35 +13,22 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import random
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 pytest.importorskip("torch")
 
-from conftest import ROOT  # noqa: E402
 
-from blobkit.builder import BuildConfig, build_kit  # noqa: E402
 from trainers.episode_decode import ModelTurns, common_prefix  # noqa: E402
 from trainers.evaluation import EpisodeResult, model_policy, run_episode, run_episodes  # noqa: E402
 from trainers.generation import Decoded, decode, prompt_ids, stop_ids, turn_text  # noqa: E402
 from trainers.grpo import rollouts  # noqa: E402
 from trainers.tiny_model import TinyModelConfig, build_tiny_model, row_texts  # noqa: E402
 from trainers.turns import TurnRequest  # noqa: E402
-from world_format.kit import Kit, KitCase, open_kit  # noqa: E402
+from world_format.kit import Kit, KitCase  # noqa: E402
 
 MAX_TURNS, MAX_NEW_TOKENS = 4, 48
-
-
-@pytest.fixture(scope="module")
-def retail_kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kit]:
-    root = tmp_path_factory.mktemp("episodes-kit")
-    record = build_kit(ROOT / "examples" / "retail_desk" / "world.json", root,
-                       BuildConfig(train_cases_per_task=3, eval_cases_per_task=2))
-    with open_kit(Path(record["kit"]["path"])) as kit:
-        yield kit
 
 
 @pytest.fixture(scope="module")

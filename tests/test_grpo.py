@@ -9,7 +9,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import importlib.util
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +17,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from conftest import ROOT  # noqa: E402
 
-from blobkit.builder import BuildConfig, build_kit  # noqa: E402
 from blobkit.errors import TrainerError  # noqa: E402
 from trainers.budget import Budget  # noqa: E402
 from trainers.config import TrainConfig  # noqa: E402
@@ -31,19 +28,10 @@ from trainers.grpo_torch import policy_loss  # noqa: E402
 from trainers.run import run_training  # noqa: E402
 from trainers.tiny_model import TinyModelConfig, build_tiny_model, row_texts  # noqa: E402
 from world_format.canonical import canonical_json  # noqa: E402
-from world_format.kit import Kit, KitCase, open_kit  # noqa: E402
+from world_format.kit import Kit, KitCase  # noqa: E402
 from world_format.runtime import full_state_hash  # noqa: E402
 
 needs_mlx = pytest.mark.skipif(importlib.util.find_spec("mlx_lm") is None, reason="mlx / mlx-lm not installed")
-
-
-@pytest.fixture(scope="module")
-def retail_kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kit]:
-    root = tmp_path_factory.mktemp("grpo-kit")
-    record = build_kit(ROOT / "examples" / "retail_desk" / "world.json", root,
-                       BuildConfig(train_cases_per_task=3, eval_cases_per_task=2))
-    with open_kit(Path(record["kit"]["path"])) as kit:
-        yield kit
 
 
 @pytest.fixture(scope="module")
