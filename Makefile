@@ -6,7 +6,7 @@ OUT ?= out/demo
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: venv test test-slow lint demo schema examples bench clean
+.PHONY: venv test test-slow lint demo schema openapi examples bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -37,6 +37,9 @@ demo: venv
 
 schema: venv
 	$(PY) -m world_format.schema > spec/world.schema.json
+
+openapi: venv
+	$(PY) -m blobkit.service.openapi > spec/service.openapi.json
 
 examples: venv
 	$(PY) examples/retail_desk/generate.py

@@ -21,9 +21,11 @@ from world_format.errors import (
 )
 
 __all__ = [
-    "ArchiveError", "BlobkitError", "ChecksumError", "ConfigError", "JobError", "JobNotFoundError", "KitError",
-    "NotTrainableError", "ReplayError", "SourceError", "SpendGateError", "TargetUnavailableError", "ToolCallError",
-    "TrainerError", "TrajectoryError", "VCodeError", "WorldFormatError", "WorldSizeError",
+    "ArchiveError", "AuthError", "BlobkitError", "ChecksumError", "ConfigError", "ConflictError", "ForbiddenError",
+    "JobError", "JobNotFoundError", "KitError", "LeaseExpiredError", "NotFoundError", "NotTrainableError",
+    "PayloadTooLargeError", "PlaneNotTrainableError", "ReplayError", "ServiceError", "SourceError",
+    "SpendGateError", "StoreCorruptError", "TargetUnavailableError", "ToolCallError", "TrainerError",
+    "TrajectoryError", "UnknownBaseError", "UploadChecksumError", "VCodeError", "WorldFormatError", "WorldSizeError",
 ]
 
 
@@ -33,6 +35,13 @@ class JobError(BlobkitError, RuntimeError):
 
 class JobNotFoundError(JobError, LookupError):
     """No job with that id in the store."""
+
+
+class StoreCorruptError(JobError, ValueError):
+    """A stored cell (a JSON column of one job, checkpoint or event) cannot be read back; the message names the
+    job and the field, and every other job stays readable."""
+
+    code = "store_corrupt"
 
 
 class SourceError(BlobkitError, ValueError):
@@ -49,3 +58,73 @@ class NotTrainableError(BlobkitError, ValueError):
     """The source is valid but cannot be trained (too few independent states, no admitted task…)."""
 
     code = "not_trainable"
+
+
+# --------------------------------------------------------------------------- the service (blobkit serve)
+
+
+class ServiceError(BlobkitError):
+    """The training service refused a request; the HTTP layer maps each subclass to one status code.
+
+    ``field`` names the request field at fault and ``accepted`` the values it may take, when known
+    (set on the instance; both travel in the JSON error body).
+    """
+
+    code = "service_error"
+    field: str | None = None
+    accepted: list[str] | None = None
+
+
+class AuthError(ServiceError, PermissionError):
+    """No API key, or one the store does not know (or a revoked one)."""
+
+    code = "unauthorized"
+
+
+class ForbiddenError(ServiceError, PermissionError):
+    """The key is valid but may not do this (a user key on a worker route)."""
+
+    code = "forbidden"
+
+
+class NotFoundError(ServiceError, LookupError):
+    """No such environment, job, kit, worker or artifact in the caller's workspace (another workspace's ids are
+    indistinguishable from ids that do not exist)."""
+
+    code = "not_found"
+
+
+class ConflictError(ServiceError, RuntimeError):
+    """The record is not in a state that allows this (a finished job, a lease another worker holds)."""
+
+    code = "conflict"
+
+
+class PlaneNotTrainableError(ConflictError):
+    """A cluster-plane environment (``tenv_``) fronts providers' MCP servers and holds no world to train on."""
+
+    code = "plane_not_trainable"
+
+
+class LeaseExpiredError(ServiceError, RuntimeError):
+    """The environment's serving lease has expired: new training requests are refused, evidence stays readable."""
+
+    code = "lease_expired"
+
+
+class PayloadTooLargeError(ServiceError, ValueError):
+    """A request body is larger than the route accepts."""
+
+    code = "payload_too_large"
+
+
+class UploadChecksumError(ServiceError, ChecksumError):
+    """An uploaded file's sha256 (or size) differs from what the uploader declared; nothing was stored."""
+
+    code = "checksum_mismatch"
+
+
+class UnknownBaseError(ServiceError, ConfigError):
+    """A base model outside the catalog (and not one a worker can build, like ``tiny``)."""
+
+    code = "unknown_base"

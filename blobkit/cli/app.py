@@ -8,7 +8,7 @@ import typer
 
 from blobkit.errors import BlobkitError
 
-from . import company, evaluate, runpod, train, world
+from . import company, evaluate, runpod, serve, train, world
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Turn a company's world into a verified training kit, and train small models on it.")
@@ -17,6 +17,7 @@ evaluate.register(app)
 train.register(app)
 runpod.register(app)
 company.register(app)
+serve.register(app)
 
 
 def _click_exceptions() -> tuple[type[Exception], ...]:
