@@ -611,7 +611,8 @@ def test_a_sigkilled_worker_is_resumed_without_redoing_finished_stages(tmp_path:
     finally:
         os.kill(worker.pid, signal.SIGKILL)
         worker.wait()
-    with JobStore(root, create=False) as store:
+    time.sleep(2.1)  # the killed worker's heartbeat goes stale (a store judging after 2 s without one)
+    with JobStore(root, create=False, stale_after_s=2.0) as store:
         killed = store.get(job_id)
         assert killed["status"] == "running" and f":{worker.pid}" in killed["worker"]["id"]
         before = _checkpoint_times(killed)

@@ -294,8 +294,8 @@ def list_jobs(job_store: Path = typer.Option(..., "--job-store", help=STORE_HELP
         echo_json(jobs)
         return
     for job in jobs:
-        typer.echo(f"{job['id']}  {job['status']:<9}  last stage {job['last_completed_stage'] or '-':<8}  "
-                   f"{job['base_model']}  {job['source']}")
+        tail = f"DAMAGED: {job['damaged']}" if job.get("damaged") else f"{job['base_model']}  {job['source']}"
+        typer.echo(f"{job['id']}  {job['status']:<9}  last stage {job['last_completed_stage'] or '-':<8}  {tail}")
 
 
 @jobs_app.command()

@@ -29,7 +29,7 @@ from .identity import job_identity
 from .results import assemble_results
 from .stages import CHECKS, STAGE_FUNCTIONS, STAGES, StageContext, StageOutcome
 from .store import JobStore
-from .workers import worker_id
+from .workers import HEARTBEAT_S, worker_id
 
 POLL_S = 0.5
 """Seconds between two reads of the store (cancel requests, heartbeat) while the job runs."""
@@ -127,12 +127,31 @@ class Runner:
         finally:
             signal.signal(signal.SIGINT, previous)
 
+    @contextmanager
+    def _heartbeat(self) -> Iterator[None]:
+        """Heartbeat every HEARTBEAT_S seconds from a thread (its own store connection), through stages that poll
+        nothing for minutes (a kit build, an evaluation), so liveness never depends on a process id."""
+        done = threading.Event()
+
+        def beat() -> None:
+            with JobStore(self.store.root, create=False) as own:
+                while not done.wait(HEARTBEAT_S):
+                    own.touch(self.job_id, self.worker)
+
+        thread = threading.Thread(target=beat, name=f"heartbeat-{self.job_id}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
+
     # ------------------------------------------------------------------ the loop
 
     def run(self) -> None:
         """Run every stage not yet checkpointed, then finish the job."""
         try:
-            with self._sigint():
+            with self._sigint(), self._heartbeat():
                 self._run_stages()
         except KeyboardInterrupt:
             self._end("cancelled", self.stage, "cancelled: interrupted (Ctrl-C twice)",

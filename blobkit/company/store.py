@@ -6,8 +6,11 @@ Layout of a store directory::
     DIR/jobs/<job id>/...    the job's artifacts (kit, model exports, reports), each written atomically
 
 One worker runs a job at a time: it claims the job inside ``BEGIN IMMEDIATE`` and records itself
-as ``host:pid``; a job whose worker died (SIGKILL, power loss) can be claimed again by ``resume``.
+as ``host:pid``; it heartbeats while it runs, and a job whose heartbeat went stale (the worker was
+SIGKILLed, lost power) can be cancelled at once and claimed again by ``resume`` (:mod:`.workers`).
 Any number of readers may read while the worker writes (WAL). Every statement binds its values.
+A damaged JSON cell (a torn write, a hand edit) is a :class:`~blobkit.errors.StoreCorruptError` naming
+the job and the field; the job list still lists every job, the damaged one marked as such.
 
 A job record holds its identity (source sha256, base model and revision, config), its status,
 ordered progress events, checkpoints (completed stages with their artifacts' sha256), usage,
@@ -28,11 +31,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from blobkit.errors import JobError, JobNotFoundError
+from blobkit.errors import JobError, JobNotFoundError, StoreCorruptError
 from world_format.canonical import atomic_write_json, canonical_json, file_sha256
 
 from .schema import CHECK_STATES, DB_FILE, FINAL_STATUSES, JOBS_DIR, LEVELS, USAGE_FIELDS, migrate
-from .workers import worker_alive
+from .workers import HEARTBEAT_STALE_S, worker_alive
 
 _JOB_ID = re.compile(r"^job-[0-9a-f]{12}$")
 
@@ -43,8 +46,15 @@ def _iso(timestamp: float | None) -> str | None:
     return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="milliseconds")
 
 
-def _loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+def _loads(text: str | None, job_id: str, field: str) -> Any:
+    """A JSON cell of job ``job_id``; StoreCorruptError naming the job and ``field`` when it cannot be read."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, TypeError) as exc:
+        raise StoreCorruptError(f"job {job_id}: its {field} is damaged in the job store and cannot be read ({exc}); "
+                                "the other jobs are unaffected: create a new job for this source") from None
 
 
 def check_job_id(job_id: str) -> str:
@@ -57,8 +67,10 @@ def check_job_id(job_id: str) -> str:
 class JobStore:
     """One connection to a job store directory. Use one instance per thread."""
 
-    def __init__(self, root: Path, *, create: bool = True) -> None:
+    def __init__(self, root: Path, *, create: bool = True, stale_after_s: float = HEARTBEAT_STALE_S) -> None:
         self.root = Path(root).resolve()
+        self.stale_after_s = stale_after_s
+        """A running job's worker whose heartbeat is older than this is gone (cancel acts at once, resume claims)."""
         db = self.root / DB_FILE
         if not db.is_file():
             if not create:
@@ -163,8 +175,10 @@ class JobStore:
             status, previous = row["status"], row["worker"]
             if status == "succeeded":
                 raise JobError(f"job {job_id} already succeeded; nothing to resume")
-            if status == "running" and worker_alive(previous, row["heartbeat_at"]):
-                raise JobError(f"job {job_id} is running in worker {previous}; cancel it first "
+            if status == "running" and worker_alive(previous, row["heartbeat_at"], self.stale_after_s):
+                age = time.time() - row["heartbeat_at"]
+                raise JobError(f"job {job_id} is running in worker {previous} (last heartbeat {age:.0f} s ago; a "
+                               f"worker is judged gone after {self.stale_after_s:g} s without one); cancel it first "
                                f"(blobkit jobs cancel {job_id} --job-store {self.root})")
             conn.execute("UPDATE jobs SET status = 'running', worker = ?, heartbeat_at = ?, cancel_reason = NULL, "
                          "cancel_requested_at = NULL, outcome = NULL WHERE id = ?", (worker, time.time(), job_id))
@@ -186,6 +200,13 @@ class JobStore:
                          (time.time(), active_seconds, job_id))
         return True
 
+    def touch(self, job_id: str, worker: str) -> bool:
+        """Record liveness only (the runner's heartbeat thread); False when another worker has the job."""
+        with self._write() as conn:
+            updated = conn.execute("UPDATE jobs SET heartbeat_at = ? WHERE id = ? AND worker = ? "
+                                   "AND status = 'running'", (time.time(), job_id, worker)).rowcount
+        return bool(updated)
+
     # ------------------------------------------------------------------ cancellation
 
     def request_cancel(self, job_id: str, reason: str = "requested with jobs cancel") -> str:
@@ -203,7 +224,7 @@ class JobStore:
             conn.execute("UPDATE jobs SET cancel_reason = ?, cancel_requested_at = ? WHERE id = ?",
                          (reason, now, job_id))
             self._event(conn, job_id, "cancel", "warning", f"cancel requested: {reason}")
-            if status == "queued" or not worker_alive(row["worker"], row["heartbeat_at"]):
+            if status == "queued" or not worker_alive(row["worker"], row["heartbeat_at"], self.stale_after_s):
                 outcome = {"status": "cancelled", "stage": None, "stopped_by": f"cancelled: {reason}",
                            "budget": None, "message": f"cancelled while {status} (no live worker): {reason}"}
                 conn.execute("UPDATE jobs SET status = 'cancelled', outcome = ? WHERE id = ?",
@@ -261,7 +282,8 @@ class JobStore:
         rows = self.conn.execute("SELECT stage, started_at, completed_at, record, artifacts FROM checkpoints "
                                  "WHERE job_id = ? ORDER BY position", (check_job_id(job_id),)).fetchall()
         return {stage: {"stage": stage, "started_at": _iso(started), "completed_at": _iso(completed),
-                        "record": json.loads(record), "artifacts": json.loads(artifacts)}
+                        "record": _loads(record, job_id, f"checkpoint {stage} record"),
+                        "artifacts": _loads(artifacts, job_id, f"checkpoint {stage} artifacts")}
                 for stage, started, completed, record, artifacts in rows}
 
     def stale_artifacts(self, job_id: str, stage: str) -> list[str]:
@@ -288,7 +310,7 @@ class JobStore:
         if status not in CHECK_STATES:
             raise ValueError(f"check status must be one of {CHECK_STATES}, got {status!r}")
         with self._write() as conn:
-            checks = json.loads(self._row(conn, job_id)["checks"])
+            checks = _loads(self._row(conn, job_id)["checks"], job_id, "checks")
             entry = next((check for check in checks if check["name"] == name), None)
             if entry is None:
                 raise ValueError(f"job {job_id} has no check {name!r}")
@@ -343,21 +365,22 @@ class JobStore:
             checkpoints = self.checkpoints(job_id)
         return {
             "id": row["id"], "status": row["status"], "created_at": _iso(row["created_at"]),
-            "updated_at": _iso(row["updated_at"]), "identity": json.loads(row["identity"]),
+            "updated_at": _iso(row["updated_at"]), "identity": _loads(row["identity"], job_id, "identity"),
             "worker": {"id": row["worker"], "heartbeat_at": _iso(row["heartbeat_at"])},
             "cancel_requested": None if row["cancel_reason"] is None else {
                 "reason": row["cancel_reason"], "at": _iso(row["cancel_requested_at"])},
-            "outcome": _loads(row["outcome"]),
+            "outcome": _loads(row["outcome"], job_id, "outcome"),
             "events": [{"seq": seq, "at": _iso(at), "stage": stage, "level": level, "message": message,
-                        "data": _loads(data)} for seq, at, stage, level, message, data in events],
+                        "data": _loads(data, job_id, f"event {seq} data")}
+                       for seq, at, stage, level, message, data in events],
             "checkpoints": list(checkpoints.values()),
             "usage": {"active_seconds": round(row["active_seconds"], 3), "model_calls": row["model_calls"],
                       "model_calls_exact": bool(row["model_calls_exact"]), "tokens": row["tokens"],
                       "optimizer_updates": row["optimizer_updates"]},
-            "results": json.loads(row["results"]), "replay": _loads(row["replay"]),
+            "results": _loads(row["results"], job_id, "results"), "replay": _loads(row["replay"], job_id, "replay"),
             "errors": [{"seq": seq, "at": _iso(at), "stage": stage, "code": code, "message": message}
                        for seq, at, stage, code, message in errors],
-            "checks": json.loads(row["checks"]),
+            "checks": _loads(row["checks"], job_id, "checks"),
             "artifacts_dir": str(self.job_dir(row["id"])),
         }
 
@@ -370,9 +393,14 @@ class JobStore:
                 "FROM jobs j ORDER BY j.created_at, j.id").fetchall()
         summaries = []
         for job_id, status, created, updated, identity_text, last_stage in rows:
-            identity = json.loads(identity_text)
-            summaries.append({"id": job_id, "status": status, "created_at": _iso(created),
-                              "updated_at": _iso(updated), "last_completed_stage": last_stage,
-                              "source": identity.get("source", {}).get("path"),
-                              "base_model": identity.get("base_model", {}).get("id")})
+            summary: dict[str, Any] = {"id": job_id, "status": status, "created_at": _iso(created),
+                                       "updated_at": _iso(updated), "last_completed_stage": last_stage,
+                                       "source": None, "base_model": None, "damaged": None}
+            try:
+                identity = _loads(identity_text, job_id, "identity")
+                summary.update(source=identity.get("source", {}).get("path"),
+                               base_model=identity.get("base_model", {}).get("id"))
+            except (StoreCorruptError, AttributeError) as exc:  # listed anyway, marked damaged
+                summary["damaged"] = str(exc) if isinstance(exc, StoreCorruptError) else f"job {job_id}: identity"
+            summaries.append(summary)
         return summaries
