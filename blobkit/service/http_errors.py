@@ -81,6 +81,9 @@ def _validation(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = exc.errors()
     first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+    if first.get("type") == "json_invalid":
+        return error_response(422, "invalid_request", f"the body is not valid JSON ({first.get('msg')}, at "
+                              f"position {first.get('loc', ('', '?'))[-1]})")
     loc = [str(part) for part in first.get("loc", ()) if part not in ("body", "query", "path", "header")]
     field = ".".join(loc) or None
     more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""

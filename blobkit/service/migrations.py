@@ -127,7 +127,22 @@ CORE = Migration("core-1", (
     )""",
 ))
 
-MIGRATIONS: list[Migration] = [CORE]
+KITS = Migration("core-2-kits", (
+    """CREATE TABLE kits (
+        key TEXT PRIMARY KEY,
+        sha256 TEXT NOT NULL REFERENCES blobs(sha256),
+        bytes INTEGER NOT NULL,
+        name TEXT NOT NULL,
+        record TEXT NOT NULL,
+        created_at REAL NOT NULL
+    )""",
+    "ALTER TABLE training_jobs ADD COLUMN max_attempts INTEGER NOT NULL DEFAULT 3",
+    "ALTER TABLE training_jobs ADD COLUMN base_model TEXT NOT NULL DEFAULT ''",
+))
+"""Kits built once per (source, build config): the build is byte-reproducible, so the same inputs give the same
+archive and a second request reuses it."""
+
+MIGRATIONS: list[Migration] = [CORE, KITS]
 """Every migration, in the order a new store applies them. Append with :func:`register`."""
 
 

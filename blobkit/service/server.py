@@ -20,7 +20,8 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(store_dir: Path, host: str, port: int, announce: Callable[[str], None], log_level: str = "warning") -> None:
+def serve(store_dir: Path, host: str, port: int, announce: Callable[[str], None], log_level: str = "warning",
+          lease_seconds: float = 60.0) -> None:
     """Serve the store until interrupted; ``announce`` receives the URL once the socket is bound."""
     import uvicorn
 
@@ -30,7 +31,8 @@ def serve(store_dir: Path, host: str, port: int, announce: Callable[[str], None]
     sock = bind(host, port)
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-    config = uvicorn.Config(create_app(store), log_level=log_level, lifespan="off", timeout_graceful_shutdown=5)
+    app = create_app(store, lease_seconds=lease_seconds)
+    config = uvicorn.Config(app, log_level=log_level, lifespan="off", timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
     announce(f"http://{shown}:{bound_port}")
     try:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from fastapi import APIRouter
 
-from . import models
+from . import attempts, environments, models, training_jobs, workers
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,10 @@ class Mount:
 
 ROUTERS: list[Mount] = [
     Mount("/api/v1", models.router),
+    Mount("/api/v1", environments.router),
+    Mount("/api/v1", training_jobs.router),
+    Mount("/api/v1", workers.router),
+    Mount("/api/v1", attempts.router),
 ]
 """Every router of the service, in mount order."""
 

@@ -1,0 +1,142 @@
+"""The company job's measured results as typed records: what ``jobs show --json`` reports under ``results`` and
+``replay``, and what the training service returns for a worker job (one definition, :mod:`.results` fills it).
+
+The shapes follow :func:`blobkit.company.results.assemble_results` and ``trainers.intervals.rate_record``;
+:func:`typed_results` validates a results dict into them (strictly: an unknown key is an error, so drift between
+the pipeline and these records fails a test rather than passing silently).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Record(BaseModel):
+    """Frozen, unknown fields refused, field docstrings as schema descriptions."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+class RateRecord(Record):
+    """A pass rate with its sample: cases, passes, independent entities and the 95 % Wilson interval over cases."""
+
+    pass_rate: float
+    """Passed cases / cases (0 for no case), rounded to 4 places."""
+    cases: int
+    """Held-out cases evaluated."""
+    passed: int
+    """Cases the verifier passed."""
+    entities: int | None = None
+    """Independent entities (a customer with their orders) the cases concern: the real sample size."""
+    interval_95: tuple[float, float] | None = None
+    """95 % Wilson score interval of the pass rate over cases."""
+
+
+class Refusal(Record):
+    """How refusals went wrong."""
+
+    false_acceptance: int
+    """Refusal cases that failed (the agent did what the policy refuses)."""
+    false_rejection: int
+    """Write cases that failed without a successful write (the agent declined or never wrote)."""
+
+
+class Rate(RateRecord):
+    """One model's held-out evaluation as a job reports it."""
+
+    per_template: dict[str, RateRecord] | None = None
+    """The rate per task template."""
+    tool_call_parse_failures: int | None = None
+    """Model turns whose tool call could not be parsed."""
+    refusal: Refusal | None = None
+    """Refusal errors."""
+    measured_by: str
+    """Which stage measured it, on which model."""
+
+
+class Delta(Record):
+    """A difference of two pass rates on the same held-out cases."""
+
+    pass_rate: float
+    """The difference (later minus earlier)."""
+    cases: int
+    """Cases both were evaluated on."""
+
+
+class HeldOut(Record):
+    """How much of the kit's held-out set the rates are over."""
+
+    cases_in_kit: int
+    """Held-out cases in the kit."""
+    cases_evaluated: int
+    """Held-out cases every evaluated model ran (the fewest of them)."""
+    coverage: float
+    """cases_evaluated / cases_in_kit."""
+    case_counts_match: bool
+    """Whether base, SFT and RL ran the same number of cases."""
+    entities_in_kit: int | None = None
+    """Independent held-out entities in the kit."""
+    entities_evaluated: int | None = None
+    """Independent entities the evaluated cases concern."""
+    entities_minimum: int | None = None
+    """Fewest independent entities a held-out rate needs to mean anything."""
+    too_small: str | None = None
+    """Set when the rates are over fewer entities than the minimum: why they mean little."""
+
+
+class JobResults(Record):
+    """A job's measured results (``results`` of ``jobs show --json``); nothing in it is re-run or invented."""
+
+    complete: bool
+    """Whether every evaluation ran (False: a stopped or failed job's partial evidence)."""
+    base: Rate | None = None
+    """The base model before training (measured by the SFT stage)."""
+    sft: Rate | None = None
+    """The reloaded SFT export."""
+    sft_minus_base: Delta | None = None
+    """SFT's gain over the base."""
+    sft_stopped_by: str | None = None
+    """What stopped SFT early (a budget, a cancel), if anything."""
+    rl: Rate | None = None
+    """The GRPO export."""
+    rl_minus_sft: Delta | None = None
+    """RL's gain over SFT on the same cases, reported separately."""
+    rl_stopped_by: str | None = None
+    """What stopped GRPO early, if anything."""
+    sft_as_measured_by_rl: Rate | None = None
+    """The RL stage's own evaluation of its SFT start, when it differs from the SFT stage's."""
+    held_out: HeldOut | None = None
+    """How much of the held-out set the rates cover."""
+
+
+class ReplayOutcome(Record):
+    """The replay of one held-out case by the export, reloaded in a fresh process."""
+
+    outcome: Literal["passed", "failed", "error"]
+    """The case's verifier verdict on the replay (error: the fresh process failed)."""
+    case_id: str | None = None
+    """The case replayed."""
+    template: str | None = None
+    """Its task template."""
+    turns: int | None = None
+    """Model turns the replay took."""
+    tool_calls: int | None = None
+    """Tool calls it made."""
+    error: str | None = None
+    """Why the process failed (outcome error)."""
+    claims: str | None = None
+    """What the replay shows, and what it does not."""
+
+
+def typed_results(results: dict[str, Any]) -> JobResults:
+    """A results dict (``assemble_results``) as :class:`JobResults`."""
+    return JobResults.model_validate(results)
+
+
+def typed_replay(replay: dict[str, Any] | None) -> ReplayOutcome | None:
+    """A job's replay record as :class:`ReplayOutcome` (the fields people read; the rest stays in replay.json)."""
+    if not replay:
+        return None
+    return ReplayOutcome.model_validate({k: replay.get(k) for k in ReplayOutcome.model_fields if k in replay})
