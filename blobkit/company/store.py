@@ -384,6 +384,13 @@ class JobStore:
             "artifacts_dir": str(self.job_dir(row["id"])),
         }
 
+    def find_labelled(self, label: str) -> str | None:
+        """The newest job whose identity carries ``label`` (a worker's service job and recipe), if any."""
+        row = self.conn.execute("SELECT id FROM jobs WHERE json_valid(identity) AND "
+                                "json_extract(identity, '$.label') = ? ORDER BY created_at DESC LIMIT 1",
+                                (label,)).fetchone()
+        return None if row is None else str(row[0])
+
     def list_jobs(self) -> list[dict[str, Any]]:
         """A short summary of every job, oldest first."""
         with self._read() as conn:

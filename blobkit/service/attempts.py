@@ -183,8 +183,26 @@ def attempt_source(store: ServiceStore, caller: Principal, attempt_id: str) -> t
 # --------------------------------------------------------------------------- reports from the worker
 
 
-def _running(conn: sqlite3.Connection, attempt_id: str) -> tuple[str, str | None]:
-    """(job id, pending cancel reason) of a running attempt; ConflictError when its lease was lost or it ended."""
+def _revive(conn: sqlite3.Connection, attempt_id: str, now: float) -> bool:
+    """A lost attempt whose job nobody claimed since (still queued, this its latest attempt) is running again: its
+    worker was only unreachable (the server restarted, the network dropped) and goes on from where it is."""
+    row = conn.execute("SELECT a.job_id, a.number, j.status, (SELECT MAX(number) FROM attempts b WHERE "
+                       "b.job_id = a.job_id) FROM attempts a JOIN training_jobs j ON j.id = a.job_id "
+                       "WHERE a.id = ? AND a.status = 'lost'", (attempt_id,)).fetchone()
+    if row is None or row[2] != "queued" or row[1] != row[3]:
+        return False
+    conn.execute("UPDATE attempts SET status = 'running', ended_at = NULL, outcome = NULL WHERE id = ?", (attempt_id,))
+    conn.execute("UPDATE training_jobs SET status = 'running', updated_at = ? WHERE id = ?", (now, row[0]))
+    return True
+
+
+def _running(conn: sqlite3.Connection, attempt_id: str, now: float | None = None) -> tuple[str, str | None]:
+    """(job id, pending cancel reason) of a running attempt; ConflictError when its lease was lost or it ended.
+
+    With ``now`` (a heartbeat), a lost attempt nobody replaced is revived first (:func:`_revive`).
+    """
+    if now is not None:
+        _revive(conn, attempt_id, now)
     row = conn.execute("SELECT a.status, a.job_id, j.cancel_reason FROM attempts a JOIN training_jobs j "
                        "ON j.id = a.job_id WHERE a.id = ?", (attempt_id,)).fetchone()
     if row is None or row[0] != "running":
@@ -200,7 +218,7 @@ def heartbeat(store: ServiceStore, caller: Principal, attempt_id: str, report: A
     now = time.time()
     with store.write() as conn:
         expire_leases(conn, now)
-        job_id, cancel = _running(conn, attempt_id)
+        job_id, cancel = _running(conn, attempt_id, now)
         progress = {**report.progress.model_dump(mode="json"), "stages_reused": report.stages_reused}
         conn.execute("UPDATE attempts SET heartbeat_at = ?, lease_expires_at = ?, progress = ?, usage = ?, "
                      "checkpoints = ? WHERE id = ?",
