@@ -279,15 +279,65 @@ def train(source: Path = typer.Option(..., "--source", help="The export: world.j
 # --------------------------------------------------------------------------- jobs
 
 
+SERVER_HELP = "A training service's URL (blobkit serve) instead of a local --job-store."
+TOKEN_HELP = "The service's API key or worker token (with --server)."
+
+
+def _where(job_store: Path | None, server: str | None, token: str | None) -> Path | None:
+    """The local store, or None for a server; ConfigError unless exactly one is given (a server with a token)."""
+    if (job_store is None) == (server is None):
+        raise ConfigError("pass either --job-store DIR or --server URL --token T")
+    if server is not None and not token:
+        raise ConfigError("--server needs --token (an API key of the workspace, or a worker token)")
+    return job_store
+
+
+def _remote_lines(job: Any) -> list[str]:
+    """A human summary of a service job (:class:`blobkit.service.records.TrainingJob`)."""
+    lines = [f"job {job.job_id}: {job.status} ({job.launch}, base {job.base_model}, environment {job.env_id})"]
+    if job.progress is not None:
+        p = job.progress
+        lines.append(f"  progress: stage {p.stage}, {p.model_calls}/{p.max_model_calls} model calls, "
+                     f"{p.active_minutes:.2f}/{p.max_minutes} active minutes")
+    results = job.results
+    for name in ("base", "sft", "rl"):
+        rate = getattr(results, name, None) if results else None
+        if rate is not None:
+            lines.append(f"  {name}: held-out pass rate {rate_text(rate.model_dump())}")
+    if results is not None and results.rl_minus_sft is not None:
+        lines.append(f"  rl_minus_sft: {results.rl_minus_sft.pass_rate:+.3f}")
+    if job.replay is not None:
+        lines.append(f"  replay: {job.replay.outcome} (case {job.replay.case_id})")
+    lines += [f"  check {c.name}: {c.status}" + (f" — {c.detail}" if c.detail else "") for c in job.checks]
+    lines += [f"  attempt {a.number}: {a.status} (worker {a.worker_id})" for a in job.attempts]
+    if job.outcome is not None:
+        lines.append(f"  outcome: {job.outcome.message}")
+    return lines
+
+
 @jobs_app.command("list")
-def list_jobs(job_store: Path = typer.Option(..., "--job-store", help=STORE_HELP),
+def list_jobs(job_store: Path | None = typer.Option(None, "--job-store", help=STORE_HELP),
+              server: str | None = typer.Option(None, "--server", help=SERVER_HELP),
+              token: str | None = typer.Option(None, "--token", help=TOKEN_HELP),
               as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """List the jobs of a store, oldest first.
+    """List the jobs of a store (or of a training service's workspace), oldest first.
 
     Example: blobkit jobs list --job-store ./company-jobs --json
     """
     from blobkit.company import JobStore
 
+    if _where(job_store, server, token) is None:
+        from blobkit.service.remote import RemoteJobs
+
+        with RemoteJobs(str(server), str(token)) as remote:
+            listed = remote.list()
+        if as_json:
+            echo_json(listed.model_dump(mode="json"))
+        for remote_job in [] if as_json else listed.jobs:
+            typer.echo(f"{remote_job.job_id}  {remote_job.status:<9}  {remote_job.launch:<6}  "
+                       f"{remote_job.base_model}  {remote_job.env_id}")
+        return
+    assert job_store is not None
     with JobStore(job_store, create=False) as store:
         jobs = store.list_jobs()
     if as_json:
@@ -300,13 +350,27 @@ def list_jobs(job_store: Path = typer.Option(..., "--job-store", help=STORE_HELP
 
 @jobs_app.command()
 def show(job_id: str = typer.Argument(..., help="Job id (see jobs list)."),
-         job_store: Path = typer.Option(..., "--job-store", help=STORE_HELP),
+         job_store: Path | None = typer.Option(None, "--job-store", help=STORE_HELP),
+         server: str | None = typer.Option(None, "--server", help=SERVER_HELP),
+         token: str | None = typer.Option(None, "--token", help=TOKEN_HELP),
          as_json: bool = typer.Option(False, "--json", help="Print the whole record as JSON.")) -> None:
     """Show a job: identity, status, checkpoints, usage, measured results, replay, checks and errors.
 
     Example: blobkit jobs show job-0123456789ab --job-store ./company-jobs --json
     """
     from blobkit.company import JobStore
+
+    if _where(job_store, server, token) is None:
+        from blobkit.service.remote import RemoteJobs
+
+        with RemoteJobs(str(server), str(token)) as remote:
+            record = remote.get(job_id)
+        if as_json:
+            echo_json(record.model_dump(mode="json"))
+        else:
+            typer.echo("\n".join(_remote_lines(record)))
+        return
+    assert job_store is not None
 
     with JobStore(job_store, create=False) as store:
         job = store.get(job_id)
@@ -318,13 +382,26 @@ def show(job_id: str = typer.Argument(..., help="Job id (see jobs list)."),
 
 @jobs_app.command()
 def cancel(job_id: str = typer.Argument(..., help="Job id (see jobs list)."),
-           job_store: Path = typer.Option(..., "--job-store", help=STORE_HELP),
+           job_store: Path | None = typer.Option(None, "--job-store", help=STORE_HELP),
+           server: str | None = typer.Option(None, "--server", help=SERVER_HELP),
+           token: str | None = typer.Option(None, "--token", help=TOKEN_HELP),
            reason: str = typer.Option("requested with jobs cancel", "--reason", help="Recorded with the job.")) -> None:
-    """Cancel a job: at once when queued, at the worker's next safe point when running.
+    """Cancel a job: at once when queued (or its worker is gone), at the worker's next safe point when running.
 
     Example: blobkit jobs cancel job-0123456789ab --job-store ./company-jobs
     """
     from blobkit.company import JobStore
+
+    if _where(job_store, server, token) is None:
+        from blobkit.service.remote import RemoteJobs
+
+        with RemoteJobs(str(server), str(token)) as remote:
+            record = remote.cancel(job_id)
+        done = record.status == "cancelled"
+        typer.echo(f"{job_id} is cancelled" if done else
+                   f"cancel requested: {job_id} stops at its worker's next safe point")
+        return
+    assert job_store is not None
 
     with JobStore(job_store, create=False) as store:
         status = store.request_cancel(job_id, reason)

@@ -201,3 +201,20 @@ def job_for_worker(conn: sqlite3.Connection, job_id: str) -> tuple[str, str]:
     if row is None:
         raise NotFoundError(f"no training job {job_id!r}")
     return row[0], row[1]
+
+
+def env_of(store: ServiceStore, workspace: str, job_id: str) -> str:
+    """The environment of a job of ``workspace``; NotFoundError otherwise."""
+    row = store.conn.execute("SELECT env_id FROM training_jobs WHERE id = ? AND workspace = ?",
+                             (job_id, workspace)).fetchone()
+    if row is None:
+        raise NotFoundError(f"no training job {job_id!r} in workspace {workspace}")
+    return str(row[0])
+
+
+def list_workspace_jobs(store: ServiceStore, workspace: str) -> TrainingJobList:
+    """Every job of the workspace, over all its environments, oldest first."""
+    envs = [row[0] for row in store.conn.execute("SELECT id FROM environments WHERE workspace = ? "
+                                                 "ORDER BY created_at, id", (workspace,))]
+    listed = [job for env_id in envs for job in list_jobs(store, workspace, env_id).jobs]
+    return TrainingJobList(jobs=sorted(listed, key=lambda job: (job.created_at, job.job_id)))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from fastapi import APIRouter
 
-from . import attempts, environments, models, training_jobs, workers
+from . import all_jobs, attempts, environments, models, training_jobs, workers
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ ROUTERS: list[Mount] = [
     Mount("/api/v1", models.router),
     Mount("/api/v1", environments.router),
     Mount("/api/v1", training_jobs.router),
+    Mount("/api/v1", all_jobs.router),
     Mount("/api/v1", workers.router),
     Mount("/api/v1", attempts.router),
 ]

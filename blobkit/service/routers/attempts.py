@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import FileResponse
 
-from .. import attempts
+from .. import attempts, jobs
 from ..auth import get_store, worker_principal
 from ..http_errors import ERROR_RESPONSES
 from ..records import Artifact, Attempt, AttemptFinish, AttemptReport, ErrorBody, LeaseState, Principal
@@ -51,8 +51,9 @@ async def upload_artifact(attempt_id: str, name: str, request: Request, caller: 
     attempts.get_attempt(store, caller, attempt_id)
     ref = await receive_upload(request, store)
     job_id = attempts.add_artifact(store, caller, attempt_id, name, ref.sha256, ref.bytes)
+    env_id = jobs.env_of(store, caller.workspace, job_id)
     return Artifact(name=name, sha256=ref.sha256, bytes=ref.bytes, attempt_id=attempt_id,
-                    download_url=f"/api/v1/training-jobs/{job_id}/artifacts/{name}")
+                    download_url=f"{jobs.jobs_url(env_id, job_id)}/artifacts/{name}")
 
 
 @router.post("/finish", status_code=204, summary="End the attempt", response_class=Response)
