@@ -21,8 +21,8 @@ from fastapi.testclient import TestClient
 from blobkit.service import ServiceStore, create_app
 from blobkit.service.attempts import claim
 from blobkit.service.environments import add_cluster_plane
-from blobkit.service.records import Recipe
 from blobkit.service.recipes import recipe_sha256
+from blobkit.service.records import Recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 RETAIL = ROOT / "examples" / "retail_desk" / "world.json"
