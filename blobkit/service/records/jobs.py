@@ -1,144 +1,15 @@
-"""The service's typed records: what crosses from the store to the routes, the CLI and the worker.
-
-Every record is a strict frozen pydantic model whose field docstrings become the OpenAPI schema.
-"""
+"""Training jobs, recipes, attempts, progress and the worker's reports."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from blobkit.company.config import CompanyConfig
 from blobkit.company.records import JobResults, ReplayOutcome
-from world_format.models import Procedures
 
-
-class Record(BaseModel):
-    """Base of every service record: frozen, unknown fields refused, docstrings as descriptions."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
-
-
-class Principal(Record):
-    """Who a request is from: the workspace its API key belongs to."""
-
-    workspace: str
-    """The workspace; every record the request reads or writes belongs to it."""
-    key_id: str
-    """The key's public id (the 16 hex digits after ``tml-``)."""
-    role: Literal["user", "worker"]
-    """``user``: a person or script; ``worker``: a worker connection (may also claim and report jobs)."""
-    worker_id: str | None = None
-    """The worker this key belongs to (role ``worker`` only)."""
-
-
-class ErrorDetail(Record):
-    """What went wrong."""
-
-    code: str
-    """A stable machine-readable code (``unauthorized``, ``not_found``, ``unknown_base``, ``plane_not_trainable``…)."""
-    message: str
-    """One line: what is wrong, where, and how to fix it."""
-    field: str | None = None
-    """The request field at fault (a dotted path into the body), when one is."""
-    accepted: list[str] | None = None
-    """The accepted values, when the fault is a value outside a closed list (the base model catalog)."""
-
-
-class ErrorBody(Record):
-    """Every error response of the service has this one shape."""
-
-    error: ErrorDetail
-
-
-# --------------------------------------------------------------------------- environments
-
-
-class ToolInfo(Record):
-    """One tool the world declares."""
-
-    name: str
-    """The tool's name."""
-    effect: str
-    """``read`` or ``write``."""
-    parameters: list[str]
-    """Its parameter names."""
-    preconditions: int
-    """How many preconditions guard it."""
-
-
-class Trainability(Record):
-    """What ``company inspect`` says about the world."""
-
-    trainable: bool
-    """Whether a job can train on it."""
-    verdict: str
-    """One line: trainable, or not and why."""
-    reasons: list[str]
-    """Every reason it is not trainable (empty when it is)."""
-    tasks_admitted: int | None = None
-    """Tasks minting and the gate admitted."""
-    train_cases: int | None = None
-    """Training cases of the company build."""
-    eval_cases: int | None = None
-    """Held-out cases of the company build."""
-    held_out_entities: int | None = None
-    """Independent entities the held-out cases concern."""
-    held_out_minimum: int
-    """Fewest independent held-out entities a trainable world needs."""
-
-
-class WorldInfo(Record):
-    """The world an environment holds."""
-
-    id: str
-    """The world's identity id."""
-    name: str
-    """Its display name."""
-    sha256: str
-    """The world's content sha256 (as the loader computes it)."""
-    form: str
-    """``single-file`` (world.json) or ``packaged`` (a directory with manifest)."""
-
-
-class Environment(Record):
-    """A registered environment: a world to train on, or a cluster-plane environment (``tenv_``) that is not."""
-
-    env_id: str
-    """``env_…`` (a world) or ``tenv_…`` (cluster plane: fronts providers' MCP servers, holds no world)."""
-    kind: Literal["world", "cluster_plane"]
-    """What it is."""
-    name: str
-    """Display name."""
-    created_at: float
-    """Unix time it was registered."""
-    lease_expires_at: float | None
-    """Unix time its serving lease ends (None: no lease); after it, training requests answer 410."""
-    source_sha256: str | None
-    """sha256 of the uploaded source (world.json bytes or the .tar.zst); None for a cluster plane."""
-    source_form: Literal["world.json", "package"] | None
-    """How the source was uploaded."""
-    world: WorldInfo | None
-    """The world (None for a cluster plane)."""
-    policies: int | None
-    """Policies the world states."""
-    tools: list[ToolInfo]
-    """Tools it declares."""
-    procedures: Procedures | None
-    """The procedures its policies declare as data (identify first, check before a write…)."""
-    trainability: Trainability | None
-    """``company inspect``'s verdict (None for a cluster plane)."""
-
-
-class EnvironmentList(Record):
-    """``GET /api/v1/twin/environments``."""
-
-    environments: list[Environment]
-    """The caller's environments, oldest first."""
-
-
-# --------------------------------------------------------------------------- training jobs
+from .base import Record
 
 
 class TrainingJobRequest(Record):
@@ -479,7 +350,6 @@ class TrainingJobList(Record):
     """Kits and worker jobs of the environment, oldest first (without attempts' events)."""
 
 
-# --------------------------------------------------------------------------- workers
 
 
 class WorkerCreate(Record):
