@@ -117,9 +117,9 @@ def test_every_route_but_the_documents_requires_an_api_key() -> None:
             assert operation.get("security") == [{"APIKeyHeader": []}], f"{method.upper()} {path}"
 
 
-def test_serve_and_keys_create_have_an_example() -> None:
+def test_serve_keys_env_and_worker_commands_have_an_example() -> None:
     runner = CliRunner()
-    for command in (["serve"], ["serve", "keys", "create"]):
+    for command in (["serve"], ["serve", "keys", "create"], ["serve", "env", "add"], ["worker"]):
         result = runner.invoke(cli, [*command, "--help"], terminal_width=200)
         assert result.exit_code == 0 and "Example:" in result.output, command
 
