@@ -353,3 +353,38 @@ def test_delete_cancels_a_queued_job_at_once_and_asks_a_running_worker_to_stop(s
     beat = worker.post(f"/api/v1/attempts/{claimed['attempt']['attempt_id']}/heartbeat",
                        json={"progress": {}, "usage": {}}).json()
     assert beat["cancel_requested"] == record["cancel_requested"]
+
+
+def test_a_packaged_world_uploads_as_tar_zst_with_the_same_world(service: Service, tmp_path: Path) -> None:
+    from blobkit.service.sources import pack_source
+    from world_format.loader import load_world
+    from world_format.pack import write_package
+
+    package = tmp_path / "package"
+    write_package(load_world(RETAIL), package)
+    data, form = pack_source(package, tmp_path)
+    assert form == "package" and data[:4] == b"\x28\xb5\x2f\xfd"
+    response = service.client.post("/api/v1/twin/environments", content=data,
+                                   headers={"content-type": "application/zstd"})
+    assert response.status_code == 201, response.text
+    env = response.json()
+    assert env["source_form"] == "package" and env["world"]["id"] == service.env["world"]["id"]
+    assert env["world"]["sha256"] == service.env["world"]["sha256"]
+
+
+def test_env_add_registers_a_world_from_disk_and_a_cluster_plane(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from blobkit.cli.app import app
+
+    runner, store = CliRunner(), str(tmp_path / "store")
+    world = runner.invoke(app, ["serve", "env", "add", "--store", store, "--workspace", "acme", "--source",
+                                str(RETAIL), "--json"])
+    assert world.exit_code == 0, world.output
+    assert json.loads(world.output)["trainability"]["trainable"] is True
+    plane = runner.invoke(app, ["serve", "env", "add", "--store", store, "--workspace", "acme", "--cluster-plane",
+                                "gateway"])
+    assert plane.exit_code == 0 and plane.output.startswith("tenv_"), plane.output
+    with ServiceStore(Path(store)) as opened:
+        kinds = [row[0] for row in opened.conn.execute("SELECT kind FROM environments ORDER BY created_at")]
+    assert kinds == ["world", "cluster_plane"]
