@@ -136,3 +136,36 @@ def test_a_sigkilled_worker_is_resumed_by_a_second_worker_and_a_server_restart_d
         assert any(m.startswith(f"stage {stage} skipped: completed at") for m in messages)
     assert "stage sft started" in messages and any("is gone" in m for m in messages)
     assert [c["stage"] for c in two["checkpoints"]] == ["qualify", "kit", "sft", "rl", "evaluate", "export", "replay"]
+
+
+def test_delete_stops_a_supervised_worker_at_its_next_safe_point_and_it_takes_the_next_job(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "store", tmp_path / "serve.log", 0, "--lease-seconds", "20")
+    try:
+        key, jobs, first_job, token = _setup(server)
+        with server.client(key, timeout=600) as client:
+            second_job = client.post(jobs, json=JOB).json()["job_id"]
+        worker = subprocess.Popen([*BLOBKIT, "worker", "--server", server.url, "--token", token, "--job-store",
+                                   str(tmp_path / "worker-jobs"), "--bases", "tiny", "--poll", "0.5", "--supervise"],
+                                  stdout=open(tmp_path / "worker.log", "a"),  # noqa: SIM115
+                                  stderr=subprocess.STDOUT, text=True, env=env())
+        read = _reader(lambda: server.url, key, f"{jobs}/{first_job}")
+        _wait(read, lambda job: bool(job.get("progress")) and job["progress"]["stage"] == "sft", "SFT")
+        with server.client(key) as client:
+            asked = client.delete(f"{jobs}/{first_job}").json()
+        assert asked["status"] == "running" and asked["cancel_requested"]
+        cancelled = _wait(read, lambda job: job["status"] == "cancelled", "the worker to stop")
+        nxt = _wait(_reader(lambda: server.url, key, f"{jobs}/{second_job}"), lambda job: job["status"] == "running",
+                    "the supervised worker to take the next job")
+        with server.client(key) as client:
+            client.delete(f"{jobs}/{second_job}")
+        _wait(_reader(lambda: server.url, key, f"{jobs}/{second_job}"), lambda job: job["status"] == "cancelled",
+              "the second job to stop")
+        assert worker.poll() is None  # supervising: still waiting for work
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+    finally:
+        server.stop()
+    attempt = cancelled["attempts"][0]
+    assert attempt["status"] == "cancelled" and "cancel" in attempt["outcome"]["message"]
+    assert [c["stage"] for c in attempt["checkpoints"]][:2] == ["qualify", "kit"]  # what was measured is kept
+    assert nxt["attempts"][0]["worker_id"] == attempt["worker_id"]

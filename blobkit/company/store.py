@@ -20,7 +20,6 @@ check is ``passed``, ``failed`` or ``not_run``.
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 import sqlite3
@@ -31,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from blobkit.cells import json_cell
 from blobkit.errors import JobError, JobNotFoundError, StoreCorruptError
 from world_format.canonical import atomic_write_json, canonical_json, file_sha256
 
@@ -48,13 +48,8 @@ def _iso(timestamp: float | None) -> str | None:
 
 def _loads(text: str | None, job_id: str, field: str) -> Any:
     """A JSON cell of job ``job_id``; StoreCorruptError naming the job and ``field`` when it cannot be read."""
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except (ValueError, TypeError) as exc:
-        raise StoreCorruptError(f"job {job_id}: its {field} is damaged in the job store and cannot be read ({exc}); "
-                                "the other jobs are unaffected: create a new job for this source") from None
+    return json_cell(text, f"job {job_id}", f"{field}", "the other jobs are unaffected: create a new job for this "
+                     "source")
 
 
 def check_job_id(job_id: str) -> str:

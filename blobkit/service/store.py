@@ -13,7 +13,6 @@ through :meth:`ServiceStore.cell`, which names the table, row and column of a da
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
 import time
@@ -22,7 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from blobkit.errors import AuthError, JobError, StoreCorruptError
+from blobkit.cells import json_cell
+from blobkit.errors import AuthError, JobError
 
 from . import keys
 from .blobs import BlobStore
@@ -121,13 +121,7 @@ class ServiceStore:
     @staticmethod
     def cell(text: str | None, where: str, field: str) -> Any:
         """A JSON cell's value; StoreCorruptError naming ``where`` (the row) and ``field`` when it is damaged."""
-        if text is None:
-            return None
-        try:
-            return json.loads(text)
-        except (ValueError, TypeError) as exc:
-            raise StoreCorruptError(f"{where}: its {field} is damaged and cannot be read ({exc}); the other "
-                                    "records are unaffected") from None
+        return json_cell(text, where, field, "the other records are unaffected")
 
     def migrations(self) -> list[str]:
         """The names of the applied migrations, in the order they were applied."""
