@@ -229,7 +229,29 @@ def check_seed(conn: sqlite3.Connection, state: State, source: str) -> None:
         raise WorldFormatError(f"{source}: seed.sqlite lacks declared {kind} {name!r}")
     if conn.execute("PRAGMA foreign_key_check").fetchone():
         raise WorldFormatError(f"{source}: seed.sqlite violates a declared foreign key")
+    check_seed_text(conn, state, source)
     check_json_columns(conn, state, source)
+
+
+def check_seed_text(conn: sqlite3.Connection, state: State, source: str) -> None:
+    """Every text value of the seed is valid UTF-8 (WorldFormatError naming table, column and rowid otherwise).
+
+    SQLite stores whatever bytes it is given as TEXT; a value that is not UTF-8 (an encoded lone surrogate,
+    a Latin-1 byte) could be neither read back into a tool's observation nor hashed. A seed built from a
+    single-file world never holds one: its JSON text is checked when it loads.
+    """
+    for table in state.tables:
+        for column in table.columns:
+            name = quote_identifier(column.name)
+            rows = conn.execute(f"SELECT rowid, CAST({name} AS BLOB) FROM {quote_identifier(table.name)} "
+                                f"WHERE typeof({name}) = 'text'")
+            for rowid, data in rows:
+                try:
+                    data.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise WorldFormatError(f"{source}: seed.sqlite table {table.name!r} row {rowid} column "
+                                           f"{column.name!r}: not UTF-8 text (byte {exc.start}); store text as "
+                                           "UTF-8 (an encoded lone surrogate is no character)") from None
 
 
 # --------------------------------------------------------------------------- hashing
