@@ -101,7 +101,7 @@ def run_training(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan
         merge_export(export, config.out / "export-merged")
     reloaded, tokenizer, _ = load_export(export)
     end = evaluate_policy(reloaded, tokenizer, loaded, cases, config, log, trainer.end_label, held_out)
-    report = {**trainer.report(start, end, fit), "left_out": expressible.record()}
+    report = {**trainer.report(start, end, fit), "left_out": expressible.record(), "eval_limit": config.eval_limit}
     atomic_write_json(config.out / "eval.json", report)
     atomic_write_json(config.out / f"eval_cases_{trainer.end_label}.json", [r.to_json() for r in end.results])
     evals: dict[str, Any] = {name: report[name] for name in ("base", "sft", "rl") if name in report}

@@ -19,6 +19,7 @@ import jsonschema
 from world_format.canonical import canonical_json
 from world_format.errors import ToolCallError
 
+from .jsontext import lone_surrogate
 from .models import Tool
 from .parameters import defaults
 from .sqlguard import Guard, named_parameters
@@ -63,6 +64,10 @@ def check_arguments(compiled: CompiledTool, arguments: Any) -> dict[str, Any]:
     Raises ToolCallError with a short reason."""
     if not isinstance(arguments, dict):
         raise ToolCallError(f"arguments for {compiled.tool.name} must be a JSON object")
+    broken = lone_surrogate(arguments)
+    if broken is not None:
+        raise ToolCallError(f"invalid arguments for {compiled.tool.name} at {broken.lstrip('/')}: a lone UTF-16 "
+                            "surrogate is no character")
     error = jsonschema.exceptions.best_match(compiled.validator.iter_errors(arguments))
     if error is not None:
         where = "/".join(str(part) for part in error.absolute_path)

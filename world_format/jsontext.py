@@ -38,7 +38,9 @@ def _no_constant(name: str) -> Any:
 
 
 def _escape_pointer(part: str) -> str:
-    return part.replace("~", "~0").replace("/", "~1")
+    """A JSON pointer token; a surrogate in it is written as ``\\uXXXX`` so the pointer itself stays writable."""
+    escaped = part.replace("~", "~0").replace("/", "~1")
+    return "".join(f"\\u{ord(char):04x}" if 0xD800 <= ord(char) <= 0xDFFF else char for char in escaped)
 
 
 def _has_surrogate(text: str) -> bool:
