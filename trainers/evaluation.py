@@ -33,8 +33,8 @@ from .episode_decode import DEFAULT_SLOTS, ModelTurns
 from .formats import ToolFormat, format_of
 from .generation import generate_turn
 from .intervals import rate_record
+from .messages import assistant_text, file_call, raw_calls
 from .scoring import Score, Scored, Side, conversation_key, score_verdicts, side_universe
-from .trajectories import assistant_text, file_call, raw_calls
 from .turns import Generate, TurnPolicy, TurnRequest, as_turn_policy
 
 CaseKind = Literal["read", "write", "refusal"]
@@ -217,7 +217,7 @@ def replay_trajectory(runtime: WorldRuntime, case: KitCase, messages: Sequence[d
     observations are fed back; any ``tool`` and ``user`` messages in ``messages`` are ignored); a turn
     without a tool call is answered by the case's next scripted customer turn, and once the script is
     used up, it is the final answer. Messages are read in every shape a client sends (content parts, OpenAI's
-    JSON-string arguments, :mod:`trainers.trajectories`); a call or a content that cannot be read counts as a
+    JSON-string arguments, :mod:`trainers.messages`); a call or a content that cannot be read counts as a
     parse failure and returns an error observation, as a malformed call from a model would.
     """
     prompt, _ = case_prompt(case, runtime.world)

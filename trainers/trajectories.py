@@ -10,12 +10,9 @@ It is read strictly (:func:`read_trajectories`): lines end at ``\\n`` only, each
 duplicate keys, NaN or lone surrogates: :mod:`world_format.jsontext`), within a size budget; any problem
 is a :class:`~trainers.errors.TrajectoryError` naming ``file:line``.
 
-An assistant message is read as the OpenAI chat API and Hugging Face chat templates write it
-(:func:`assistant_text`, :func:`file_call`): ``content`` is a string, null (a turn of calls only) or a
-list of content parts whose ``text`` (``{"type": "text"}``) and ``refusal`` (``{"type": "refusal"}``) parts
-are its text; a message-level ``refusal`` stands for empty content; calls are ``tool_calls`` (``arguments``
-an object, or OpenAI's JSON string) or the legacy single ``function_call``. Content that is none of these
-(an image part, a number) is *unreadable*: the caller counts it as a parse failure, never as an empty answer.
+:func:`score_trajectories` re-executes the distinct conversations and scores them as one claim about the
+kit's cases (:mod:`trainers.scoring`); each assistant message is read as a client writes it
+(:mod:`trainers.messages`).
 """
 
 from __future__ import annotations
@@ -25,16 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from world_format.jsontext import json_lines, loads_strict
+from world_format.kit import Kit
 
 from .errors import TrajectoryError
-from .scoring import conversation_key
+from .evaluation import EpisodeResult, replay_trajectory
+from .scoring import Score, Scored, conversation_key, distinct_verdicts, score_verdicts, side_universe
 
 MAX_TRAJECTORY_BYTES = 256 * 1024 * 1024
 """The largest trajectory file read."""
 LINE_KEYS = frozenset({"case_id", "messages", "agent", "metadata"})
 """The keys a trajectory line may hold."""
-TEXT_PARTS = {"text": "text", "refusal": "refusal"}
-"""Content-part type → the field holding its text (OpenAI chat completions' assistant content parts)."""
 
 
 @dataclass(frozen=True)
@@ -100,56 +97,31 @@ def read_trajectories(path: Path, max_bytes: int = MAX_TRAJECTORY_BYTES) -> list
     return lines
 
 
-def _part_text(part: Any) -> str | None:
-    if isinstance(part, str):
-        return part
-    if not isinstance(part, dict) or part.get("type") not in TEXT_PARTS:
-        return None
-    text = part.get(TEXT_PARTS[part["type"]])
-    return text if isinstance(text, str) else None
+@dataclass(frozen=True)
+class ScoredFile:
+    """A trajectory file scored against a kit: the score and each distinct case's episode, in file order."""
+
+    score: Score
+    results: list[EpisodeResult]
 
 
-def assistant_text(message: dict[str, Any]) -> tuple[str, str | None]:
-    """(the text of an assistant message, None) or ("", why it cannot be read) (see the module docstring)."""
-    content = message.get("content")
-    if content is None or content == "":
-        refusal = message.get("refusal")
-        if refusal is None:
-            return "", None
-        return (refusal, None) if isinstance(refusal, str) else ("", "refusal is not a string")
-    if isinstance(content, str):
-        return content, None
-    if isinstance(content, list):
-        texts = [_part_text(part) for part in content]
-        bad = next((i for i, text in enumerate(texts) if text is None), None)
-        if bad is None:
-            return "".join(text for text in texts if text is not None), None
-        kind = content[bad].get("type") if isinstance(content[bad], dict) else type(content[bad]).__name__
-        return "", f"content part {bad} ({kind!r}) holds no text"
-    return "", f"content is a {type(content).__name__}, not text or a list of content parts"
-
-
-def raw_calls(message: dict[str, Any]) -> list[Any] | str:
-    """The message's tool calls as written (``tool_calls``, or the legacy ``function_call`` as one call), or why
-    they cannot be read."""
-    calls = message.get("tool_calls")
-    legacy = message.get("function_call")
-    if calls is None and legacy is not None:
-        return [{"type": "function", "function": legacy}]
-    if calls is None:
-        return []
-    return calls if isinstance(calls, list) else "tool_calls must be a list"
-
-
-def file_call(call: Any) -> tuple[str, Any] | str:
-    """(name, arguments) of one tool call in a trajectory file, or why it cannot be executed."""
-    function = call.get("function") if isinstance(call, dict) else None
-    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-        return "a tool call needs function.name"
-    arguments = function.get("arguments", {})
-    if isinstance(arguments, str):  # OpenAI's wire format sends arguments as a JSON string
-        try:
-            arguments = loads_strict(arguments)
-        except (ValueError, RecursionError) as exc:
-            return f"arguments of {function['name']} are not valid JSON ({str(exc)[:120]})"
-    return function["name"], arguments
+def score_trajectories(kit: Kit, lines: list[TrajectoryLine], source: str, max_turns: int | None = None) -> ScoredFile:
+    """Re-execute each distinct conversation of ``lines`` on the kit's world and score them as one claim
+    (:func:`trainers.scoring.score_verdicts`): unknown case ids and a case repeated with different messages
+    raise ScoreError naming the lines before anything runs; a repeat with the same messages runs once.
+    ``source`` names the file in those errors."""
+    cases = {case.case_id: case for case in kit.cases("train") + kit.cases("eval")}
+    universe = side_universe(list(cases.values()))
+    attempts = [Scored(line.case_id, False, "", line.conversation, f"{source}:{line.number}") for line in lines]
+    distinct_verdicts(attempts, universe)
+    results: dict[str, EpisodeResult] = {}
+    runtime = kit.world().runtime()
+    try:
+        for line in lines:
+            if line.case_id not in results:
+                results[line.case_id] = replay_trajectory(runtime, cases[line.case_id], line.messages, max_turns)
+    finally:
+        runtime.close()
+    verdicts = [Scored(a.case_id, results[a.case_id].passed, results[a.case_id].entity, a.conversation, a.origin)
+                for a in attempts]
+    return ScoredFile(score_verdicts(verdicts, universe), list(results.values()))

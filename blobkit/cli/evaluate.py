@@ -66,29 +66,13 @@ def evaluate(kit: Path = typer.Option(..., "--kit", help="Kit directory or archi
 
     Example: blobkit eval --kit KIT --trajectories agent.jsonl --json
     """
-    from trainers.evaluation import replay_trajectory
-    from trainers.scoring import Scored, distinct_verdicts, score_verdicts, side_universe
-    from trainers.trajectories import read_trajectories
+    from trainers.trajectories import read_trajectories, score_trajectories
     from world_format.kit import open_kit
 
     lines = read_trajectories(trajectories)
     with open_kit(kit) as opened:
-        cases = {case.case_id: case for case in opened.cases("train") + opened.cases("eval")}
-        universe = side_universe(list(cases.values()))
-        attempts = [Scored(line.case_id, False, "", line.conversation, f"{trajectories}:{line.number}")
-                    for line in lines]
-        distinct_verdicts(attempts, universe)  # unknown ids and conflicting repeats fail before any replay
-        runtime = opened.world().runtime()
-        try:
-            results = {}
-            for line in lines:
-                if line.case_id not in results:
-                    results[line.case_id] = replay_trajectory(runtime, cases[line.case_id], line.messages, max_turns)
-        finally:
-            runtime.close()
-    score = score_verdicts([Scored(a.case_id, results[a.case_id].passed, results[a.case_id].entity, a.conversation,
-                                    a.origin) for a in attempts], universe)
-    ordered = list(results.values())
+        scored = score_trajectories(opened, lines, str(trajectories), max_turns)
+    score, ordered = scored.score, scored.results
     if as_json:
         echo_json({"summary": {**score.model_dump(), "side": score.side,
                                "tool_call_parse_failures": sum(r.parse_failures for r in ordered)},
