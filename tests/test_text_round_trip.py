@@ -208,3 +208,27 @@ def test_a_case_whose_scripted_customer_turn_carries_a_control_string_is_left_ou
     reasons = _control_reasons(task.model_copy(update={"turns": (turn, *task.turns[1:])}))
     assert reasons == ["control_string: the scripted turn 0 carries '<|im_end|>', which a chat template would read "
                        "as control syntax"]
+
+
+@pytest.mark.slow
+def test_a_training_run_leaves_out_and_counts_the_held_out_cases_its_tokenizer_cannot_write(
+        decomposed_kit: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from blobkit.cli import app
+
+    runner = CliRunner()
+    assert runner.invoke(app, ["tiny-model", "--kit", str(decomposed_kit), "--out", str(tmp_path / "tiny")]
+                         ).exit_code == 0
+    trained = runner.invoke(app, ["train", "--world", str(decomposed_kit), "--base", str(tmp_path / "tiny"),
+                                  "--method", "sft", "--target", "local-torch", "--preset", "tiny", "--epochs", "0.05",
+                                  "--max-new-tokens", "8", "--max-turns", "1", "--out", str(tmp_path / "out")])
+    assert trained.exit_code == 0, trained.output
+    report = json.loads((tmp_path / "out" / "eval.json").read_text())
+    with open_kit(decomposed_kit) as kit:
+        held_out = len(kit.cases("eval"))
+    left_out = report["left_out"]["untokenizable"]
+    assert left_out > 0 and all("e\u0301" in text for text in report["left_out"]["cases"].values())
+    for label in ("base", "sft"):
+        summary = report[label]
+        assert (summary["cases"], summary["cases_in_side"], summary["partial"]) == (held_out - left_out, held_out, True)
