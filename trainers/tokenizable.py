@@ -9,11 +9,13 @@ coverage says the held-out side was not wholly scored.
 
 The required text of a case is every string the verifier will compare with what the agent wrote: the
 string arguments of its reference calls (as executed, values threaded from observations included), the
-string arguments its ``tool_called`` checks expect, and the values of its answer checks.
+string arguments its ``tool_called`` checks expect, and the values of its answer checks (for the modes that
+compare NFKC-normalised text, the normalised value).
 """
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +24,10 @@ from world_format.chain import final_answer, run_chain
 from world_format.kit import KitCase
 from world_format.models import AnswerCheck, Ref, Task, ToolCalledCheck
 from world_format.runtime import WorldRuntime
+
+NORMALISED_MODES = ("contains", "normalized")
+"""Answer-check modes that compare NFKC-normalised, case-folded text (world_format.values), so only the normalised
+form of their value has to survive the tokenizer."""
 
 
 def _strings(value: Any) -> Iterator[str]:
@@ -47,7 +53,8 @@ def required_texts(runtime: WorldRuntime, task: Task) -> list[str]:
             value = check.value
             if isinstance(value, Ref):
                 value = final_answer(task)[0] if value.ref == "answer_key" else None
-            texts.update(_strings(value))
+            loose = check.mode in NORMALISED_MODES  # compared after NFKC: the composed form is what must survive
+            texts.update(unicodedata.normalize("NFKC", text) if loose else text for text in _strings(value))
     return sorted(text for text in texts if text)
 
 

@@ -25,8 +25,8 @@ from world_format.jsontext import json_lines, loads_strict
 from world_format.kit import Kit
 
 from .errors import TrajectoryError
-from .evaluation import EpisodeResult, replay_trajectory
-from .scoring import Score, Scored, conversation_key, distinct_verdicts, score_verdicts, side_universe
+from .evaluation import EpisodeResult, EvalSummary, replay_trajectory
+from .scoring import Score, Scored, Side, conversation_key, distinct_verdicts, score_verdicts, side_universe
 
 MAX_TRAJECTORY_BYTES = 256 * 1024 * 1024
 """The largest trajectory file read."""
@@ -103,6 +103,14 @@ class ScoredFile:
 
     score: Score
     results: list[EpisodeResult]
+    universe: dict[str, Side]
+    """Every case id of the kit, with its side."""
+
+    def summary(self) -> dict[str, Any]:
+        """The evaluation summary of the distinct episodes (:meth:`EvalSummary.to_json`: per template, parse
+        failures, refusals) with the file's score over it (its sides, duplicates and partial)."""
+        return {**EvalSummary(tuple(self.results), self.universe).to_json(), **self.score.model_dump(),
+                "side": self.score.side}
 
 
 def score_trajectories(kit: Kit, lines: list[TrajectoryLine], source: str, max_turns: int | None = None) -> ScoredFile:
@@ -124,4 +132,4 @@ def score_trajectories(kit: Kit, lines: list[TrajectoryLine], source: str, max_t
         runtime.close()
     verdicts = [Scored(a.case_id, results[a.case_id].passed, results[a.case_id].entity, a.conversation, a.origin)
                 for a in attempts]
-    return ScoredFile(score_verdicts(verdicts, universe), list(results.values()))
+    return ScoredFile(score_verdicts(verdicts, universe), list(results.values()), universe)

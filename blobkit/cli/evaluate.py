@@ -74,8 +74,7 @@ def evaluate(kit: Path = typer.Option(..., "--kit", help="Kit directory or archi
         scored = score_trajectories(opened, lines, str(trajectories), max_turns)
     score, ordered = scored.score, scored.results
     if as_json:
-        echo_json({"summary": {**score.model_dump(), "side": score.side,
-                               "tool_call_parse_failures": sum(r.parse_failures for r in ordered)},
+        echo_json({"summary": scored.summary(),
                    "cases": [{"case_id": r.case_id, "passed": r.passed, "parse_failures": r.parse_failures,
                               "verdict": r.verdict.to_json()} for r in ordered]})
     else:
