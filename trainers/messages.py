@@ -68,6 +68,6 @@ def file_call(call: Any) -> tuple[str, Any] | str:
     if isinstance(arguments, str):  # OpenAI's wire format sends arguments as a JSON string
         try:
             arguments = loads_strict(arguments)
-        except (ValueError, RecursionError) as exc:
+        except ValueError as exc:
             return f"arguments of {function['name']} are not valid JSON ({str(exc)[:120]})"
     return function["name"], arguments

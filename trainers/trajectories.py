@@ -89,8 +89,6 @@ def read_trajectories(path: Path, max_bytes: int = MAX_TRAJECTORY_BYTES) -> list
             value = loads_strict(raw)
         except ValueError as exc:
             raise TrajectoryError(f"{where}: invalid JSON: {exc}") from None
-        except RecursionError:
-            raise TrajectoryError(f"{where}: JSON nested too deeply") from None
         lines.append(_line(value, where))
     if not lines:
         raise TrajectoryError(f"{path} holds no trajectories: nothing to score")

@@ -81,9 +81,12 @@ def check_text(value: Any) -> None:
 def loads_strict(text: str) -> Any:
     """Parse one JSON text strictly: no duplicate keys, no NaN/Infinity, no lone surrogates.
 
-    Raises ValueError (``json.JSONDecodeError`` for syntax) or RecursionError for deep nesting.
+    Raises ValueError (``json.JSONDecodeError`` for syntax; "nested too deeply" for deep nesting).
     """
-    value = json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constant)
+    try:
+        value = json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
     if _SURROGATE_ESCAPE.search(text):
         check_text(value)
     return value

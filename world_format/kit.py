@@ -200,8 +200,6 @@ def read_jsonl(path: Path) -> list[Row]:
             value = loads_strict(line)
         except ValueError as exc:
             raise KitError(f"{path}:{number}: invalid JSON: {exc}") from None
-        except RecursionError:
-            raise KitError(f"{path}:{number}: JSON nested too deeply") from None
         if not isinstance(value, dict):
             raise KitError(f"{path}:{number}: expected a JSON object, got {type(value).__name__}")
         rows.append(value)

@@ -60,7 +60,7 @@ def checked_call(value: Any, where: str, arguments_key: str = "arguments") -> tu
     if isinstance(arguments, str):  # OpenAI's wire habit: the arguments object as a JSON string
         try:
             arguments = loads_strict(arguments)
-        except (ValueError, RecursionError):
+        except ValueError:
             return None, f"{where}: '{arguments_key}' is a string that holds no JSON object"
     if not isinstance(arguments, dict):
         got = "missing" if arguments_key not in value else type(arguments).__name__
