@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from world_format.jsontext import loads_strict, lone_surrogate
+from world_format.jsontext import lone_surrogate
 
 
 @dataclass(frozen=True)
@@ -49,19 +49,14 @@ def strip_tokens(text: str, tokens: tuple[str, ...]) -> str:
 
 
 def checked_call(value: Any, where: str, arguments_key: str = "arguments") -> tuple[dict[str, Any] | None, str | None]:
-    """(call, None) when ``value`` is ``{"name": non-empty str, arguments_key: object}`` (the object may come as a
-    JSON string, as OpenAI's API writes it), else (None, error); a value holding a lone surrogate is an error."""
+    """(call, None) when ``value`` is ``{"name": non-empty str, arguments_key: object}``, else (None, error); a value
+    holding a lone surrogate is an error."""
     if not isinstance(value, dict):
         return None, f"{where}: expected a JSON object, got {type(value).__name__}"
     name = value.get("name")
     if not isinstance(name, str) or not name:
         return None, f"{where}: missing or non-string 'name'"
     arguments = value.get(arguments_key)
-    if isinstance(arguments, str):  # OpenAI's wire habit: the arguments object as a JSON string
-        try:
-            arguments = loads_strict(arguments)
-        except ValueError:
-            return None, f"{where}: '{arguments_key}' is a string that holds no JSON object"
     if not isinstance(arguments, dict):
         got = "missing" if arguments_key not in value else type(arguments).__name__
         return None, f"{where}: '{arguments_key}' must be a JSON object (got {got})"
