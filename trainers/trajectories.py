@@ -53,7 +53,7 @@ class TrajectoryLine:
         return conversation_key(self.messages)
 
 
-def _line(value: Any, where: str) -> TrajectoryLine:
+def _line(value: Any, number: int, where: str) -> TrajectoryLine:
     if not isinstance(value, dict):
         raise TrajectoryError(f"{where}: expected a JSON object, got {type(value).__name__}")
     unknown = sorted(set(value) - LINE_KEYS)
@@ -68,7 +68,7 @@ def _line(value: Any, where: str) -> TrajectoryLine:
         raise TrajectoryError(f"{where}: /messages/{bad}: each message is an object with a role (string)")
     if agent is not None and not isinstance(agent, str):
         raise TrajectoryError(f"{where}: /agent: a string when given")
-    return TrajectoryLine(int(where.rsplit(":", 1)[1]), case_id, messages, agent)
+    return TrajectoryLine(number, case_id, messages, agent)
 
 
 def read_trajectories(path: Path, max_bytes: int = MAX_TRAJECTORY_BYTES) -> list[TrajectoryLine]:
@@ -89,7 +89,7 @@ def read_trajectories(path: Path, max_bytes: int = MAX_TRAJECTORY_BYTES) -> list
             value = loads_strict(raw)
         except ValueError as exc:
             raise TrajectoryError(f"{where}: invalid JSON: {exc}") from None
-        lines.append(_line(value, where))
+        lines.append(_line(value, number, where))
     if not lines:
         raise TrajectoryError(f"{path} holds no trajectories: nothing to score")
     return lines
