@@ -7,7 +7,14 @@ company sources), so a caller can catch or name any of them from here.
 
 from __future__ import annotations
 
-from trainers.errors import ConfigError, SpendGateError, TargetUnavailableError, TrainerError
+from trainers.errors import (
+    ConfigError,
+    ScoreError,
+    SpendGateError,
+    TargetUnavailableError,
+    TrainerError,
+    TrajectoryError,
+)
 from world_format.errors import (
     ArchiveError,
     BlobkitError,
@@ -23,7 +30,7 @@ from world_format.errors import (
 __all__ = [
     "ArchiveError", "AuthError", "BlobkitError", "ChecksumError", "ConfigError", "ConflictError", "ForbiddenError",
     "JobError", "JobNotFoundError", "KitError", "LeaseExpiredError", "NotFoundError", "NotTrainableError",
-    "PayloadTooLargeError", "PlaneNotTrainableError", "ReplayError", "ServiceError", "SourceError",
+    "PayloadTooLargeError", "PlaneNotTrainableError", "ReplayError", "ScoreError", "ServiceError", "SourceError",
     "SpendGateError", "StoreCorruptError", "TargetUnavailableError", "ToolCallError", "TrainerError",
     "TrajectoryError", "UnknownBaseError", "UploadChecksumError", "VCodeError", "WorldFormatError", "WorldSizeError",
 ]
@@ -48,10 +55,6 @@ class SourceError(BlobkitError, ValueError):
     """The company source is missing, unreadable or changed since its job was created."""
 
     code = "source_error"
-
-
-class TrajectoryError(BlobkitError, ValueError):
-    """A trajectories file to score is unreadable or names a case the kit does not have."""
 
 
 class NotTrainableError(BlobkitError, ValueError):

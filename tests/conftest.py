@@ -20,6 +20,8 @@ from worlds import small_world  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted(p.parent for p in (ROOT / "examples").glob("*/world.json"))
+SHARED = Path(os.environ.get("BLOBKIT_SHARED") or ROOT.parent / "shared")
+"""The project's shared folder beside the checkout (CI lays it there); ``BLOBKIT_SHARED`` names another place."""
 
 
 def write_world(path: Path, document: Any) -> Path:

@@ -46,6 +46,17 @@ class Refusal(Record):
 class Rate(RateRecord):
     """One model's held-out evaluation as a job reports it."""
 
+    side: str | None = None
+    """The side(s) of the kit the scored cases are on: ``eval``, ``train`` or ``train+eval``."""
+    cases_in_side: int | None = None
+    """That side's cases in the kit."""
+    coverage: float | None = None
+    """Distinct cases scored / cases_in_side."""
+    partial: bool | None = None
+    """Whether the score leaves some of the side's cases out."""
+    duplicates: int | None = None
+    """Repeated case ids counted once."""
+
     per_template: dict[str, RateRecord] | None = None
     """The rate per task template."""
     tool_call_parse_failures: int | None = None
@@ -84,6 +95,12 @@ class HeldOut(Record):
     """Fewest independent entities a held-out rate needs to mean anything."""
     too_small: str | None = None
     """Set when the rates are over fewer entities than the minimum: why they mean little."""
+    partial: bool | None = None
+    """Whether the rates leave some of the kit's held-out cases out."""
+    left_out_untokenizable: int | None = None
+    """Held-out cases left out (and counted) because the base's tokenizer cannot write their required text."""
+    partial_unexplained: str | None = None
+    """Set when neither the left-out cases nor ``eval_limit`` account for the missing cases."""
 
 
 class JobResults(Record):
