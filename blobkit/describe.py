@@ -8,12 +8,12 @@ from typing import Any
 
 from blobkit.adversaries import stored_pass_rates
 from blobkit.builder.coverage import coverage_lines
-from blobkit.builder.procedures import ProcedureChecker, declared
 from blobkit.wording import kit_lint
 from world_format.errors import WorldFormatError
 from world_format.family import fill, iter_family_rows
 from world_format.kit import KIT_FILE, Kit, open_kit
 from world_format.loader import LoadedWorld, load_world
+from world_format.procedure_check import ProcedureChecker, declared
 
 
 def _is_kit(path: Path) -> bool:

@@ -13,11 +13,11 @@ from typing import Any
 
 from world_format.canonical import canonical_json
 from world_format.kit import Kit, KitCase
+from world_format.procedure_check import ProcedureChecker
 from world_format.runtime import WorldRuntime
 
 from .builder import replay_row
 from .builder.gate import gate_task, verdicts
-from .builder.procedures import ProcedureChecker
 
 Progress = Callable[[str, int, int], None]
 

@@ -14,11 +14,11 @@ from typer.testing import CliRunner
 from worlds import small_world
 
 from blobkit.builder import BuildConfig, build_kit
-from blobkit.builder.procedures import Event, ProcedureChecker, message_events
 from blobkit.cli import app
 from world_format.errors import WorldFormatError
 from world_format.kit import open_kit
 from world_format.loader import load_world
+from world_format.procedure_check import Event, ProcedureChecker, message_events
 
 SMALL = BuildConfig(train_cases_per_task=4, eval_cases_per_task=2)
 EXAMPLE_WORLDS = ["retail_desk", "it_helpdesk", "airline_desk"]

@@ -18,11 +18,11 @@ from typing import Any
 from world_format.chain import final_answer, interleaved, observation_hash, run_chain
 from world_format.control import control_strings_in
 from world_format.models import ArgRef, Step, Task, UserTurn
+from world_format.procedure_check import ProcedureChecker, run_events
 from world_format.runtime import WorldRuntime
 from world_format.vcode import Verdict, evaluate
 
 from .probes import PROBES, Attempt, ReferenceCalls, answer_checks, attempts, successful_writes
-from .procedures import ProcedureChecker, run_events
 
 NOT_APPLICABLE = "n/a"
 

@@ -18,17 +18,17 @@ from typing import Any
 
 from world_format.canonical import canonical_json
 from world_format.chain import run_chain
+from world_format.entities import Entities
 from world_format.keys import key_expression, key_from_sql, normalize_key
 from world_format.models import Column, Step, Table, Task, UserTurn, VCode, World
+from world_format.procedure_check import ProcedureChecker
 from world_format.runtime import RowChange, WorldRuntime
 from world_format.state import quote_identifier
 from world_format.values import rounded, to_decimal
 
 from .addressing import Address, Addresser
 from .arguments import placeholder
-from .entities import Entities
 from .mint_specs import WORDINGS, TaskSpec, key_table
-from .procedures import ProcedureChecker
 from .sides import Side, Sides
 
 
@@ -42,7 +42,7 @@ class Instance:
     side: Side
     """train or eval: decided from the anchor row's entity when the case is made (:class:`.sides.Sides`)."""
     entity: str = ""
-    """The connected entity the case concerns (:mod:`blobkit.builder.entities`): its anchor row's root row."""
+    """The connected entity the case concerns (:mod:`world_format.entities`): its anchor row's root row."""
     anchors_touched: tuple[tuple[str, Any], ...] = field(default=())
     probes: dict[str, str] = field(default_factory=dict)
     """The gate's verdict on each probe for this case (filled in when the case is gated)."""
