@@ -68,8 +68,8 @@ def test_a_refusal_reads_the_row_and_explains_without_calling_the_write(procedur
 def test_the_policy_skip_probes_fail_every_admitted_case(procedural_kit: dict[str, Any]) -> None:
     with open_kit(Path(procedural_kit["kit"]["path"])) as kit:
         cases = kit.cases("train") + kit.cases("eval")
-    skip = [case.probes["skip_identify"] for case in cases if case.probes["skip_identify"] != "n/a"]
-    forbidden = [case.probes["forbidden_write"] for case in cases if case.probes["forbidden_write"] != "n/a"]
+    skip = [case.probes["unidentified"] for case in cases if case.probes["unidentified"] != "n/a"]
+    forbidden = [case.probes["forbidden-write"] for case in cases if case.probes["forbidden-write"] != "n/a"]
     assert len(skip) == len(cases) - sum(case.task.template == "authored" for case in cases)
     assert forbidden and set(skip) == set(forbidden) == {"fail"}
 
@@ -90,7 +90,7 @@ def test_a_family_whose_verifier_ignores_identification_is_left_out(tmp_path: Pa
     record = build_kit(write_world(tmp_path / "w", world), tmp_path / "out", SMALL)
     with open_kit(Path(record["kit"]["path"])) as kit:
         rejected = [r for r in kit.tasks(admitted=False) if r.template == "authored"]
-    assert rejected and rejected[0].cases_left_out.get("skip_identify", 0) > 0
+    assert rejected and rejected[0].cases_left_out.get("unidentified", 0) > 0
 
 
 def test_a_family_whose_chain_reads_before_identifying_breaks_the_procedure(tmp_path: Path) -> None:
@@ -172,7 +172,7 @@ def test_every_example_kit_follows_its_procedures_and_fails_every_policy_skip_pr
         finally:
             runtime.close()
     assert report["declared"] and report["rows"] == record["sft_rows"] and report["violating_rows"] == 0
-    for probe in ("skip_identify", "forbidden_write"):
+    for probe in ("unidentified", "forbidden-write"):
         outcomes = [case.probes[probe] for case in cases if case.probes[probe] != "n/a"]
         assert outcomes and set(outcomes) == {"fail"}, probe
     if name == "airline_desk":

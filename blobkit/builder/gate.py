@@ -1,9 +1,8 @@
 """The discrimination gate: a case is admitted only if its verifier tells right from wrong.
 
 Every probe runs on an isolated episode of the seed. The reference chain must run clean and
-pass; every applicable probe of :mod:`blobkit.builder.probes` (null, shortcut, wrong row, wrong
-value, off-by-one, read-only, hedged, over-inclusive) must *fail* (an ``error`` verdict is a
-rejection too: a verifier that cannot judge cannot admit); removing any successful write from
+pass; every applicable wrong agent of the registry (:mod:`blobkit.builder.agents`) must *fail* (an
+``error`` verdict is a rejection too: a verifier that cannot judge cannot admit); removing any successful write from
 the chain must change the final state hash. The gate runs on every case (each minted instance
 and each family row), and on a task's prototype it also replays the chain a second time, which
 must give the same state and observations.
@@ -22,7 +21,8 @@ from world_format.procedure_check import ProcedureChecker, run_events
 from world_format.runtime import WorldRuntime
 from world_format.vcode import Verdict, evaluate
 
-from .probes import PROBES, Attempt, ReferenceCalls, answer_checks, attempts, successful_writes
+from .agents import BY_NAME, NAMES, attempts
+from .probes import Attempt, ReferenceCalls, answer_checks, successful_writes
 
 NOT_APPLICABLE = "n/a"
 
@@ -142,8 +142,8 @@ def gate_task(runtime: WorldRuntime, task: Task, distractor: Task | None, *, che
     for name, attempt in attempts(runtime, task, reference.calls, other).items():
         if attempt is None:
             matrix[name] = None
-            if name == "wrong_row":
-                reasons.append("wrong_row: no distractor row of the same shape to probe with")
+            if BY_NAME[name].required:
+                reasons.append(f"{name}: {BY_NAME[name].required}")
             continue
         outcome = run_attempt(runtime, task, attempt)
         matrix[name] = outcome.to_json()
@@ -165,7 +165,7 @@ def gate_task(runtime: WorldRuntime, task: Task, distractor: Task | None, *, che
 
 def verdicts(matrix: dict[str, Any]) -> dict[str, str]:
     """A case's compact probe record: each probe's outcome (or "n/a") and whether every write mattered."""
-    compact = {name: matrix[name]["outcome"] if matrix.get(name) else NOT_APPLICABLE for name in PROBES}
+    compact = {name: matrix[name]["outcome"] if matrix.get(name) else NOT_APPLICABLE for name in NAMES}
     removal = matrix.get("write_removal") or []
     compact["write_removal"] = ("changed" if all(r["changed"] for r in removal) else "unchanged") if removal \
         else NOT_APPLICABLE
