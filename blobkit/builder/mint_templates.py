@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from blobkit.wording import counted, sentence
+from world_format.chain import threaded
 from world_format.models import Precondition, Step, Tool, UserTurn
 from world_format.state import quote_identifier
 
@@ -72,6 +73,10 @@ def _access_checks(m: Minter, spec: TaskSpec, key: Any, address: Address, steps:
     if made:
         arguments = key_arguments(spec, role, key_table(m.world, spec.anchor), key)
         checks.append(check("tool_called", tool=spec.tool(role), arguments=arguments))
+    else:  # the row is the one a find by natural key returned: that find, with the customer's value, is required
+        checked = {c.get("tool") for c in checks if c["kind"] == "tool_called"}
+        checks += [check("tool_called", tool=step.tool, arguments=dict(step.arguments)) for step in address.steps
+                   if step.tool not in checked and not any(threaded(v) for v in step.arguments.values())]
     return checks
 
 

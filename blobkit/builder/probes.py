@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from world_format.affirmed import number_spans, prepared, text_spans
 from world_format.chain import interleaved
 from world_format.models import AnswerCheck, Ref, Task, Tool, UserTurn, World
 from world_format.runtime import WorldRuntime
@@ -80,12 +81,27 @@ def answer_checks(task: Task) -> list[AnswerCheck]:
     return [check for check in task.vcode.checks if isinstance(check, AnswerCheck)]
 
 
+def _replaced(text: str, spans: list[tuple[int, int]], by: str) -> str:
+    for start, end in sorted(spans, reverse=True):
+        text = text[:start] + by + text[end:]
+    return text
+
+
 def perturb_answer(answer: str, task: Task | None = None) -> str:
-    """The answer with the value its verifier checks replaced by a wrong one (else its last number)."""
-    check = next(iter(answer_checks(task)), None) if task else None
-    value = getattr(check, "value", None)
-    if check is not None and check.mode != "number" and isinstance(value, str) and value and value in answer:
-        return answer.replace(value, "unknown" if value != "unknown" else "known")
+    """The answer with the value its verifier checks replaced by a wrong one wherever the answer states it (a
+    number by its neighbour at its precision, a text by "unknown"); an answer none of whose checked values it
+    states has its last number changed."""
+    text = prepared(answer)
+    for check, value in resolved_checks(task) if task else []:
+        expected = to_decimal(value) if check.mode == "number" else None
+        if expected is not None:
+            spans = number_spans(text, expected, check.decimals, check.rounding)
+            if spans:
+                return _replaced(text, spans, _number_alternatives(value)[0])
+        elif isinstance(value, str) and value:
+            spans = text_spans(text, value)
+            if spans:
+                return _replaced(text, spans, "unknown" if normalize_text(value) != "unknown" else "known")
     numbers = list(re.finditer(r"-?\d+(?:\.\d+)?", answer))
     if numbers:
         last = numbers[-1]
@@ -94,21 +110,11 @@ def perturb_answer(answer: str, task: Task | None = None) -> str:
     return "Sorry, that request was not possible today."
 
 
-
-
-
-
-
-
 def without(run: ReferenceCalls, left_out: set[int], answer: str | None) -> Attempt:
     """The reference calls but those at ``left_out``, the customer's turns kept where they came."""
     kept = [i for i in range(len(run.calls)) if i not in left_out]
     turns_at = tuple(sum(1 for i in kept if i < at) for at in run.turns_at)
     return Attempt(tuple(run.calls[i] for i in kept), answer, turns_at)
-
-
-
-
 
 
 def _number_alternatives(value: Any) -> list[str]:
@@ -149,10 +155,6 @@ def resolved_checks(task: Task) -> list[tuple[AnswerCheck, Any]]:
             value = task.answer
         out.append((check, value))
     return out
-
-
-
-
 
 
 def as_messages(attempt: Attempt, prompt: Sequence[dict[str, Any]],

@@ -15,7 +15,9 @@ from ..probes import Attempt, ReferenceCalls
 from . import (
     forbidden_write,
     hedger,
+    negated,
     null,
+    number_hedge,
     off_by_one,
     over_inclusive,
     read_only,
@@ -36,6 +38,8 @@ AGENTS: tuple[WrongAgent, ...] = (
     read_only.AGENT,
     hedger.AGENT,
     over_inclusive.AGENT,
+    negated.AGENT,
+    number_hedge.AGENT,
     unconfirmed.AGENT,
     unidentified.AGENT,
     forbidden_write.AGENT,
