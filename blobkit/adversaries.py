@@ -19,8 +19,8 @@ from world_format.kit import Kit, KitCase
 from world_format.runtime import WorldRuntime
 
 from .builder.agents import AGENTS, BY_NAME, NAMES, REFERENCE, CaseRun
-from .builder.gate import run_reference
-from .builder.probes import Attempt, as_messages
+from .builder.gate import attempt_messages, run_reference
+from .builder.probes import Attempt
 from .errors import ConfigError
 
 AGENT_NAMES: tuple[str, ...] = (REFERENCE, *NAMES)
@@ -48,7 +48,7 @@ def trajectories(kit: Kit, agent: str, sides: tuple[str, ...] = ("train", "eval"
                 if planned is not None:
                     prompt, _ = case_prompt(case, runtime.world)
                     yield {"case_id": case.case_id, "agent": agent,
-                           "messages": as_messages(planned, prompt, case.task.turns)}
+                           "messages": attempt_messages(runtime, case.task, planned, prompt)}
     finally:
         runtime.close()
 

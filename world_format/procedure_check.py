@@ -1,101 +1,59 @@
 """Whether a trajectory follows the procedures its world declares, read from what it did.
 
 The procedures (:class:`world_format.models.Procedures`, and a tool's ``confirm``) as rules over a trajectory —
-its tool calls with their observations, the agent's questions and the customer's replies, in order:
+its tool calls with their observations, what the agent said and the customer's replies, in order
+(:mod:`world_format.events`):
 
-========================  ==========================================================================
-violation                 what happened
-========================  ==========================================================================
-unidentified              a call names a row that belongs to a customer (its entity root is a row of
-                          the identity table) before any identification of that customer succeeded
-another_customer          a call names a row of a customer other than the one identified
-unconfirmed_write         a ``confirm`` write made without the customer's reply to a question since
-                          the last such write
-refused_write_attempted   (``check_before_write``) a write called although it returned an error: the
-                          agent should have read the row and explained instead
-========================  ==========================================================================
+=========================  ==========================================================================
+violation                  what happened
+=========================  ==========================================================================
+undeclared_tool            a call of a tool the world does not declare (in every world)
+unidentified               a call names a row that belongs to a customer (its entity root is a row of
+                           the identity table) before any identification of that customer succeeded
+another_customer           a call names a row of a customer other than the one identified (a second
+                           identification included), or the agent states a natural key (an email) that
+                           only customers other than the identified one hold and the customer did not
+                           write themself
+unconfirmed_write          a ``confirm`` write made without the customer's "yes" to a question since
+                           the last such write
+confirmation_incomplete    the question the customer said yes to does not ask about this write: it does
+                           not name the action or state what the tool's ``confirm`` declares
+                           (:mod:`world_format.confirmation`)
+refused_write_attempted    (``check_before_write``) a write called although it returned an error: the
+                           agent should have read the row and explained instead
+=========================  ==========================================================================
 
-The gate holds every case's reference run to these rules (a violating case is left out), and ``blobkit info``
-re-checks every training row of a kit with them: a kit teaches no violation.
+The verdict on every episode (:func:`world_format.judge.judge`: evaluation, ``blobkit eval --trajectories``, the
+gate's probes, the GRPO reward) fails on the first violation; the gate holds every case's reference run to these
+rules, and ``blobkit info``/``verify`` re-check every training row of a kit: a kit teaches no violation.
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Iterable
+from typing import Any
 
 from world_format.canonical import canonical_json
-from world_format.chain import interleaved
-from world_format.keys import normalize_key
-from world_format.models import World
-from world_format.procedures import identification
+from world_format.keys import key_expression, key_from_sql, normalize_key
+from world_format.models import ConfirmedWrite, World
+from world_format.procedures import Identification, identification
 from world_format.runtime import WorldRuntime
+from world_format.state import quote_identifier
 
+from .confirmation import Lookup, request_problem, required_statements, seed_lookup
 from .entities import Entities
+from .events import Event, message_events
+from .values import normalize_text
 
 MAX_EXAMPLES = 5
 """Violations a report quotes (it counts all of them)."""
+MEMO_KEY = "procedure_checker"
+MIN_REVEALED_CHARS = 4
+"""A natural-key value shorter than this is not looked for in what the agent says (it could be any word)."""
 
-
-@dataclass(frozen=True)
-class Event:
-    """One step of a trajectory as the checker reads it: a tool call with its observation, the agent asking (a
-    turn without a call that the customer answers), or the customer's reply."""
-
-    kind: Literal["call", "ask", "reply"]
-    tool: str = ""
-    arguments: dict[str, Any] = field(default_factory=dict)
-    observation: Any = None
-    error: bool = False
-
-
-def run_events(calls: Sequence[tuple[str, dict[str, Any]]], observations: Sequence[Any], errors: Sequence[bool],
-               turns_at: Sequence[int]) -> list[Event]:
-    """A run's events: its calls, and before call ``turns_at[t]`` the agent's question and the customer's reply."""
-    events: list[Event] = []
-    for kind, index in interleaved(len(calls), turns_at):
-        if kind == "turn":
-            events += [Event("ask"), Event("reply")]
-        else:
-            tool, arguments = calls[index]
-            events.append(Event("call", tool, dict(arguments), observations[index], errors[index]))
-    return events
-
-
-def _observation(content: Any) -> tuple[Any, bool]:
-    try:
-        value = json.loads(content) if isinstance(content, str) else content
-    except ValueError:
-        return content, False
-    return value, isinstance(value, dict) and "error" in value
-
-
-def message_events(messages: Sequence[dict[str, Any]]) -> list[Event]:
-    """A conversation's events (row format: assistant ``tool_calls`` answered by ``tool`` messages by id; the
-    first user message is the request, later ones are replies)."""
-    answers = {m.get("tool_call_id"): m.get("content") for m in messages if m.get("role") == "tool"}
-    events: list[Event] = []
-    requested = False
-    for message in messages:
-        role = message.get("role")
-        if role == "user":
-            if requested:
-                events.append(Event("reply"))
-            requested = True
-        elif role == "assistant":
-            calls = message.get("tool_calls") or []
-            if not calls:
-                events.append(Event("ask"))
-            for call in calls:
-                function = call.get("function", {}) if isinstance(call, dict) else {}
-                observation, error = _observation(answers.get(call.get("id")) if isinstance(call, dict) else None)
-                given = function.get("arguments")
-                arguments: dict[str, Any] = given if isinstance(given, dict) else {}
-                events.append(Event("call", str(function.get("name", "")), arguments, observation, error))
-    return events
+Revealing = dict[str, tuple[tuple[str, frozenset[str]], ...]]
+"""The identity table's natural-key values by first token: (normalized value, the customers holding it)."""
 
 
 def declared(world: World) -> list[str]:
@@ -111,20 +69,48 @@ def declared(world: World) -> list[str]:
     return found
 
 
-class ProcedureChecker:
-    """The declared procedures of one world, applied to trajectories (entity roots read once from the seed)."""
+def _revealing(runtime: WorldRuntime, ident: Identification | None) -> Revealing:
+    """Every customer's natural-key values (the identity anchor's ``natural_keys``), read once from the seed."""
+    anchor = runtime.world.state.anchor(ident.table) if ident else None
+    table = runtime.world.state.table(ident.table) if ident else None
+    if anchor is None or table is None:
+        return {}
+    holders: dict[str, set[str]] = {}
+    name = quote_identifier(table.name)
+    for column in anchor.natural_keys:
+        rows = runtime.pristine.execute(f"SELECT {key_expression(table, name)}, {quote_identifier(column)} FROM {name}")
+        for key, value in rows:
+            text = normalize_text(str(value)) if value is not None else ""
+            if len(text) >= MIN_REVEALED_CHARS:
+                holders.setdefault(text, set()).add(canonical_json(normalize_key(key_from_sql(table, key))))
+    index: dict[str, list[tuple[str, frozenset[str]]]] = {}
+    for text, customers in sorted(holders.items()):
+        index.setdefault(text.split(" ", 1)[0], []).append((text, frozenset(customers)))
+    return {token: tuple(values) for token, values in index.items()}
 
-    def __init__(self, world: World, entities: Entities) -> None:
+
+class ProcedureChecker:
+    """The declared procedures of one world, applied to trajectories (entity roots and natural keys read once from
+    the seed; the checker holds no connection, so forks of a runtime share it)."""
+
+    def __init__(self, world: World, entities: Entities, revealing: Revealing | None = None) -> None:
         self.world = world
         self.entities = entities
         self.identification = identification(world)
         self.confirmed_tools = {tool.name for tool in world.tools if tool.confirm}
+        self.revealing = revealing or {}
 
     @classmethod
-    def of(cls, runtime: WorldRuntime) -> ProcedureChecker:
-        """A checker for the runtime's world (reads the seed's entities)."""
-        with runtime.guard.host() as conn:
-            return cls(runtime.world, Entities(runtime.world, conn))
+    def of(cls, runtime: WorldRuntime, entities: Entities | None = None) -> ProcedureChecker:
+        """The checker of the runtime's world, made once per runtime and its forks (:attr:`WorldRuntime.memo`)."""
+        found = runtime.memo.get(MEMO_KEY)
+        if not isinstance(found, ProcedureChecker):
+            if entities is None:
+                with runtime.guard.host() as conn:
+                    entities = Entities(runtime.world, conn)
+            found = cls(runtime.world, entities, _revealing(runtime, identification(runtime.world)))
+            runtime.memo[MEMO_KEY] = found
+        return found
 
     @property
     def declared(self) -> list[str]:
@@ -146,31 +132,54 @@ class ProcedureChecker:
         key = event.observation.get(table.primary_key)
         return None if key is None else canonical_json(normalize_key(key))
 
-    def violations(self, events: Iterable[Event]) -> list[tuple[str, str]]:
-        """Each (violation kind, what happened) in the trajectory, in order."""
+    def violations(self, events: Iterable[Event], lookup: Lookup | None = None) -> list[tuple[str, str]]:
+        """Each (violation kind, what happened) in the trajectory, in order. ``lookup`` reads the values a
+        confirmation states about the written row (None: values of the written row are not required)."""
         found: list[tuple[str, str]] = []
         identified: set[str] = set()
-        asked = answered = False
+        question, confirmed, heard = "", None, ""
         for event in events:
+            if event.kind == "request":
+                heard += f" {normalize_text(event.text)} "
+            elif event.kind == "ask":
+                question = event.text
+            elif event.kind == "reply":
+                confirmed = question if event.accepted else confirmed
+                heard += f" {normalize_text(event.text)} "
+            elif event.kind == "say":
+                found += self._revealed(event.text, identified, heard)
+            elif self.world.tool(event.tool) is None:
+                found.append(("undeclared_tool", f"{event.tool!r} is not a tool of this world"))
+            else:
+                found += self._ownership(event, identified) + self._write(event, confirmed, lookup)
+                if event.tool in self.confirmed_tools:
+                    confirmed = None
+                who = self._identified(event)
+                if who is not None and identified and who not in identified:
+                    found.append(("another_customer", f"{event.tool} found a second customer ({who}) after the one "
+                                  "identified: a conversation serves one customer"))
+                elif who is not None:
+                    identified.add(who)
             if event.kind == "ask":
-                asked = True
-                continue
-            if event.kind == "reply":
-                answered = answered or asked
-                continue
-            found += self._ownership(event, identified)
-            if event.tool in self.confirmed_tools:
-                if not answered:
-                    found.append(("unconfirmed_write", f"{event.tool} was called without the customer's yes"))
-                asked = answered = False
-            tool = self.world.tool(event.tool)
-            if self.world.procedures.check_before_write and tool is not None and tool.effect == "write" \
-                    and event.error:
-                found.append(("refused_write_attempted", f"{event.tool} was called and refused: "
-                              f"{str(event.observation)[:120]}"))
-            who = self._identified(event)
-            if who is not None:
-                identified.add(who)
+                found += self._revealed(event.text, identified, heard)
+        return found
+
+    def _write(self, event: Event, confirmed: str | None, lookup: Lookup | None) -> list[tuple[str, str]]:
+        """A write held to confirmation (``confirm``) and to checking first (``check_before_write``)."""
+        tool = self.world.tool(event.tool)
+        found = []
+        if tool is not None and event.tool in self.confirmed_tools:
+            if confirmed is None:
+                found.append(("unconfirmed_write", f"{event.tool} was called without the customer's yes"))
+            else:
+                states = required_statements(self.world, tool, event.arguments, lookup or (lambda *_: None))
+                problem = request_problem(self.world, ConfirmedWrite(tool=tool.name, states=tuple(states)), confirmed)
+                if problem is not None:
+                    found.append(("confirmation_incomplete", f"the question answered before {event.tool} does not "
+                                  f"ask about it: {problem}"))
+        if self.world.procedures.check_before_write and tool is not None and tool.effect == "write" and event.error:
+            found.append(("refused_write_attempted", f"{event.tool} was called and refused: "
+                          f"{str(event.observation)[:120]}"))
         return found
 
     def _ownership(self, event: Event, identified: set[str]) -> list[tuple[str, str]]:
@@ -186,17 +195,36 @@ class ProcedureChecker:
                                 f"({'another customer is identified' if identified else 'none identified yet'})"))
         return found
 
-    def report(self, rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    def _revealed(self, text: str, identified: set[str], heard: str) -> list[tuple[str, str]]:
+        """What the agent said that names a customer other than the identified one: a natural-key value only others
+        hold, which the customer did not write themself (``heard``: what they wrote, normalized and padded)."""
+        if not text or not self.revealing:
+            return []
+        said = normalize_text(text)
+        padded = f" {said} "
+        for token in dict.fromkeys(said.split()):
+            for value, holders in self.revealing.get(token, ()):
+                if not holders & identified and f" {value} " in padded and f" {value} " not in heard:
+                    return [("another_customer", f"the agent states {value!r}, which identifies another customer")]
+        return []
+
+    def report(self, rows: Iterable[dict[str, Any]], lookup: Lookup | None = None) -> dict[str, Any]:
         """Over training rows: how many rows violate a declared procedure, by kind, with a few examples."""
         rows = list(rows)
         kinds: Counter[str] = Counter()
         examples: list[dict[str, str]] = []
         violating = 0
+        unclear = self.world.procedures.unclear_reply
         for row in rows:
-            found = self.violations(message_events(row.get("messages") or []))
+            found = self.violations(message_events(row.get("messages") or [], unclear), lookup)
             violating += bool(found)
             kinds.update(kind for kind, _ in found)
             case = str((row.get("metadata") or {}).get("case_id", ""))
             examples += [{"case_id": case, "kind": kind, "detail": detail} for kind, detail in found]
         return {"declared": self.declared, "rows": len(rows), "violating_rows": violating,
                 "violations": dict(sorted(kinds.items())), "examples": examples[:MAX_EXAMPLES]}
+
+
+def report_of(runtime: WorldRuntime, rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """:meth:`ProcedureChecker.report` over ``rows`` with the runtime's checker, confirmations read from its seed."""
+    return ProcedureChecker.of(runtime).report(rows, seed_lookup(runtime))

@@ -9,13 +9,11 @@ chain as executed); the gate runs it on an isolated episode and the case's verif
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from world_format.affirmed import number_spans, prepared, text_spans
-from world_format.chain import interleaved
 from world_format.models import AnswerCheck, Ref, Task, Tool, UserTurn, World
 from world_format.runtime import WorldRuntime
 from world_format.values import normalize_text, to_decimal
@@ -28,11 +26,22 @@ MAX_LISTED_VALUES = 50
 @dataclass(frozen=True)
 class Attempt:
     """A scripted trajectory: the calls an agent makes, in order, its final answer, and (a multi-turn task) how
-    many calls it has made when each of the customer's scripted turns comes."""
+    many calls it has made each time it turns to the customer, and what it says then."""
 
     calls: tuple[Call, ...]
     answer: str | None
     turns_at: tuple[int, ...] = ()
+    asks: tuple[str | None, ...] = ()
+    """What the agent says at each of ``turns_at`` (None, or no entry: the question of the scripted turn the
+    customer has yet to give, in its reference wording)."""
+
+    def question(self, index: int, waiting: UserTurn | None) -> str:
+        """What the agent says the ``index``-th time it turns to the customer, ``waiting`` the scripted turn not
+        yet given (None: the script is used up)."""
+        said = self.asks[index] if index < len(self.asks) else None
+        if said is not None:
+            return said
+        return waiting.assistant if waiting is not None else ""
 
 
 @dataclass(frozen=True)
@@ -155,19 +164,3 @@ def resolved_checks(task: Task) -> list[tuple[AnswerCheck, Any]]:
             value = task.answer
         out.append((check, value))
     return out
-
-
-def as_messages(attempt: Attempt, prompt: Sequence[dict[str, Any]],
-                turns: Sequence[UserTurn] = ()) -> list[dict[str, Any]]:
-    """The attempt as a conversation in the kit's row format: one assistant turn per call, the scripted customer
-    turns where the attempt puts them (each after an assistant turn asking for it), then the answer."""
-    from world_format.conversation import Conversation
-
-    conversation = Conversation.resume(list(prompt))
-    for kind, index in interleaved(len(attempt.calls), attempt.turns_at[:len(turns)]):
-        if kind == "turn":
-            conversation.ask(turns[index])
-        else:
-            conversation.tool_calls([attempt.calls[index]])
-    conversation.answer(attempt.answer or "")
-    return conversation.messages
