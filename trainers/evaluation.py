@@ -1,12 +1,13 @@
 """Episodes and evaluation: the model calls tools, the world executes them, VCode judges.
 
 One episode (:func:`run_episode`) runs a case on an isolated copy of the seed: the model writes
-an assistant turn; its tool calls are parsed, validated against the declared schemas and executed,
-and each observation comes back as a ``tool`` message answering its call id; a turn without a
-tool call is answered by the case's next scripted customer turn (a multi-turn task: the "yes" to a
-confirmation), and once the script is used up it is the final answer; the turn cap ends the episode
-otherwise. The case's verifier then
-judges the trace, the final state and the answer. Held-out evaluation, GRPO rollouts (a rollout is
+an assistant turn; its tool calls are parsed (in the policy's tool format, never a default one), validated
+against the declared schemas and executed, and each observation comes back as a ``tool`` message answering
+its call id; a turn without a tool call goes to the scripted customer (:mod:`world_format.customer`: the "yes"
+to a confirmation comes only to a question about the write), and once the script is used up it is the final
+answer; the turn cap ends the episode otherwise. The verdict (:func:`world_format.judge.judge`: the case's
+VCode, then the world's procedures over everything the agent did) judges the trace, the final state and the
+answer. Held-out evaluation, GRPO rollouts (a rollout is
 an episode sampled from the policy) and ``blobkit replay`` all run this same loop
 (:func:`run_episodes`), which keeps up to ``policy.slots`` episodes in progress, each on its own
 fork of the runtime, and asks the policy for the next turn of all of them at once
@@ -237,9 +238,9 @@ def replay_trajectory(runtime: WorldRuntime, case: KitCase, messages: Sequence[d
 
     Only the assistant messages are read: each turn's ``tool_calls`` run in order (the world's real
     observations are fed back; any ``tool`` and ``user`` messages in ``messages`` are ignored); a turn
-    without a tool call is answered by the case's next scripted customer turn, and once the script is
-    used up, it is the final answer. A call that cannot be read counts as a parse failure and returns an
-    error observation, as a malformed call from a model would.
+    without a tool call goes to the scripted customer (:mod:`world_format.customer`), and once the script
+    is used up, it is the final answer. The verdict is :func:`world_format.judge.judge`'s. A call that cannot
+    be read counts as a parse failure and returns an error observation, as a malformed call from a model would.
     """
     prompt, _ = case_prompt(case, runtime.world)
     conversation = Conversation.resume(prompt)
