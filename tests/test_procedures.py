@@ -164,7 +164,7 @@ def test_the_checker_reads_the_row_format(checker: ProcedureChecker) -> None:
                 {"role": "tool", "tool_call_id": "call_0", "name": "get_order", "content": "{\"id\": 100}"},
                 {"role": "assistant", "content": "Shall I?"}, {"role": "user", "content": "yes"}]
     events = message_events(messages)
-    assert [event.kind for event in events] == ["call", "ask", "reply"]
+    assert [event.kind for event in events] == ["request", "call", "ask", "reply"]
     report = checker.report([{"messages": messages, "metadata": {"case_id": "c-1"}}])
     assert report["violating_rows"] == 1 and report["violations"] == {"unidentified": 1}
     assert report["examples"][0]["case_id"] == "c-1"
