@@ -64,7 +64,8 @@ COUNT = {"kind": "answer", "mode": "number", "value": 3}
     "It isn't shipped.", "Shipped? No, it was never shipped.", "Your order is no longer shipped.",
     "It is shipped. Actually, it is not shipped.", "If the carrier is right, it is shipped.",
     "It may be shipped.", "I think it is shipped.", "Perhaps, it is shipped.", "It would be shipped by now.",
-    "Unless I am mistaken it is shipped.", "Your order cannot be shipped."])
+    "Unless I am mistaken it is shipped.", "Your order cannot be shipped.", "It is shipped if the carrier is right.",
+    "Assuming the scan is right, your order is shipped."])
 def test_a_negated_conditional_or_hedged_statement_fails_a_contains_check(runtime: Any, answer: str) -> None:
     assert _verdict(runtime, STATUS, answer).startswith("fail: answer check (contains) failed: the answer does not "
                                                         "assert 'shipped'")
@@ -72,7 +73,9 @@ def test_a_negated_conditional_or_hedged_statement_fails_a_contains_check(runtim
 
 @pytest.mark.parametrize("answer", [
     "Order 100 is shipped.", "No worries: order 100 is shipped.", "It is shipped, not delivered... sorry, I mean "
-    "it is shipped.", "Your order is shipped and nothing else is needed.", "It was shipped, but not by us."])
+    "it is shipped.", "Your order is shipped and nothing else is needed.", "It was shipped, but not by us.",
+    "I would be happy to help: your order is shipped.", "Thanks for asking about your order: it is shipped.",
+    "Your order is shipped, let me know if you need anything else."])
 def test_an_affirmative_statement_passes_whatever_negation_stands_in_another_clause(runtime: Any,
                                                                                   answer: str) -> None:
     assert _verdict(runtime, {**STATUS, "field": None}, answer) == "pass"

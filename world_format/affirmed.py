@@ -1,19 +1,21 @@
 """Whether an answer *asserts* a value: every statement of it affirmative, none negated, conditional or hedged.
 
 A value check (``contains`` and ``number``, :mod:`world_format.vcode`) finds where the answer states the value and
-reads each of those statements:
+reads each of those statements in its **clause** — the text around it up to the nearest clause boundary
+(``, ; : ( ) —``, a sentence end, or one of the words *and, but, although, though, however, whereas, while, yet*):
 
-* its **clause** — the text around it up to the nearest clause boundary (``, ; : ( ) —``, a sentence end, or one
-  of the words *and, but, although, though, however, whereas, while, yet*) — must hold no negation: *not, never,
-  no, none, nothing, neither, nor, cannot, no longer* or a word ending in *n't*
+* no negation: *not, never, no, none, nothing, neither, nor, cannot, nobody* or a word ending in *n't*
   ("it is not 194.99", "194.99 isn't right");
-* its **sentence** (up to ``. ! ? ;`` or a line break) must hold no conditional (*if, unless, assuming, provided,
-  suppose, whether, in case*) and no hedge (*maybe, perhaps, possibly, probably, likely, might, may, could,
-  would, seems, appears, apparently, guess, think, believe, unsure, uncertain, approximately, roughly, around,
-  about*).
+* no modal or approximation: *might, may, could, would, should, about, around, roughly, approximately*
+  ("it may be shipped", "about $194.99");
+* no hedge or condition: *maybe, perhaps, possibly, probably, likely, apparently, seems, appears, guess, think,
+  believe, unsure, uncertain, if, unless, assuming, provided, suppose, whether, in case* ("I think it is
+  shipped", "it is shipped if the carrier is right").
 
-The value's own words are left out of both (an explanation that reads "it is no longer confirmed" may state
-itself). One statement that fails is enough to fail the answer: an answer that also denies the value hedges.
+The clause that opens the statement's **sentence** (up to ``. ! ? ;`` or a line break) governs it too: it may hold
+no hedge or condition ("If approved, you get $194.99 back.", "Perhaps, it is shipped."). The value's own words are
+left out (an explanation that reads "it is no longer confirmed" may state itself). One statement that fails is
+enough to fail the answer: an answer that also denies the value hedges.
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ _CLAUSE_END = re.compile(r"[;!?()\n—–]|[.,:](?=\s|$)|\b(?:and|but|although|t
 _SENTENCE_END = re.compile(r"[;!?\n]|\.(?=\s|$)")
 _NEGATION = re.compile(r"\b(?:not|never|none|nothing|neither|nor|cannot|nobody|no(?!\.))\b|\w+n['’]t\b",
                        re.IGNORECASE)
-_CONDITIONAL = re.compile(r"\b(?:if|unless|assuming|provided|suppose|supposing|whether|in case)\b", re.IGNORECASE)
-_HEDGE = re.compile(r"\b(?:maybe|perhaps|possibly|probably|likely|might|may(?!\s+\d)|could|would|seems?|appears?|"
-                    r"apparently|guess|think|believe|unsure|uncertain|approximately|roughly|around|about)\b",
+_MODAL = re.compile(r"\b(?:might|may(?!\s+\d)|could|would|should|about|around|roughly|approximately)\b",
+                    re.IGNORECASE)
+_HEDGE = re.compile(r"\b(?:maybe|perhaps|possibly|probably|likely|apparently|seems?|appears?|guess|think|believe|"
+                    r"unsure|uncertain|if|unless|assuming|provided|suppose|supposing|whether|in case)\b",
                     re.IGNORECASE)
 
 Span = tuple[int, int]
@@ -85,10 +88,18 @@ def _around(text: str, span: Span, ends: re.Pattern[str]) -> str:
     return before[cut:] + " " + text[span[1]:after.start() if after else len(text)]
 
 
+def _opening(text: str, span: Span) -> str:
+    """The first clause of the sentence ``span`` stands in, when it is not the span's own clause (else empty)."""
+    start = max((m.end() for m in _SENTENCE_END.finditer(text[:span[0]])), default=0)
+    first = _CLAUSE_END.search(text, start)
+    return text[start:first.start()] if first is not None and first.end() <= span[0] else ""
+
+
 def _cues(text: str, span: Span) -> Iterator[str]:
-    clause, sentence = _around(text, span, _CLAUSE_END), _around(text, span, _SENTENCE_END)
-    for pattern, what in ((_NEGATION, "negated"), (_CONDITIONAL, "conditional"), (_HEDGE, "hedged")):
-        found = pattern.search(clause if what == "negated" else sentence)
+    clause, opening = _around(text, span, _CLAUSE_END), _opening(text, span)
+    for pattern, what, where in ((_NEGATION, "negated", clause), (_MODAL, "hedged", clause),
+                                 (_HEDGE, "hedged", clause), (_HEDGE, "hedged", opening)):
+        found = pattern.search(where)
         if found:
             yield f"{what} ({found.group()!r})"
 
