@@ -75,26 +75,37 @@ def _texts(value: Any, column: Column | None) -> list[str]:
     return [quoted(value, column)]
 
 
-def required_statements(world: World, tool: Tool, arguments: dict[str, Any], lookup: Lookup) -> list[str]:
-    """The texts a request to confirm ``tool(arguments)`` states, in order, each once: the row's key (unless its
-    anchor is an internal key), then each declared state — a parameter's value, or ``table.column`` of the row the
-    key arguments name (read with ``lookup``), quoted by the column's money format."""
+def _declared_values(world: World, tool: Tool, arguments: dict[str, Any],
+                     lookup: Lookup) -> list[tuple[str, Column | None, Any]]:
+    """(state, the column that quotes it, its value) of each declared state that is not the row's key: a
+    parameter's argument (quoted by the column it is anchored to), or ``table.column`` of the row the key arguments
+    name (read with ``lookup``)."""
     rows = row_parameters(world, tool)
-    found: list[str] = []
-    for param, (table, _) in rows.items():
-        anchor = world.state.anchor(table)
-        if anchor is None or not anchor.internal_key:
-            found += _texts(arguments.get(param), None)
+    found = []
     for state in confirmation_states(tool):
         if state in rows:
-            continue  # the row's key: stated above (or, an internal key, never)
+            continue  # the row's key, stated as the row (or, an internal key, never)
         if "." in state:
             table = state.split(".", 1)[0]
             key = {column: arguments.get(param) for param, (named, column) in rows.items() if named == table}
-            found += _texts(lookup(table, state.split(".", 1)[1], key) if key else None, _column(world, state))
+            found.append((state, _column(world, state), lookup(table, state.split(".", 1)[1], key) if key else None))
         else:
             target = tool.anchors.get(state)
-            found += _texts(arguments.get(state), _column(world, target) if target else None)
+            found.append((state, _column(world, target) if target else None, arguments.get(state)))
+    return found
+
+
+def required_statements(world: World, tool: Tool, arguments: dict[str, Any], lookup: Lookup) -> list[str]:
+    """The texts a request to confirm ``tool(arguments)`` states, in order, each once: the row's key (unless its
+    anchor is an internal key), then each declared state's value (:func:`_declared_values`), quoted by its column's
+    money format."""
+    found: list[str] = []
+    for param, (table, _) in row_parameters(world, tool).items():
+        anchor = world.state.anchor(table)
+        if anchor is None or not anchor.internal_key:
+            found += _texts(arguments.get(param), None)
+    for _, column, value in _declared_values(world, tool, arguments, lookup):
+        found += _texts(value, column)
     return list(dict.fromkeys(found))
 
 
@@ -106,22 +117,10 @@ def confirmation_request(world: World, tool: Tool, arguments: dict[str, Any], lo
 
 def labelled_states(world: World, tool: Tool, arguments: dict[str, Any], lookup: Lookup) -> list[tuple[str, str]]:
     """(label, quoted value) of each declared state that is not the row's key, for minted wording ("total",
-    "$1234.00"): a parameter's label is its anchored column's, else its name with spaces."""
-    rows = row_parameters(world, tool)
-    labelled = []
-    for state in confirmation_states(tool):
-        if state in rows:
-            continue
-        column = _column(world, state if "." in state else tool.anchors.get(state, ""))
-        label = column.words if column is not None else state.replace("_", " ")
-        if "." in state:
-            table = state.split(".", 1)[0]
-            key = {c: arguments.get(p) for p, (named, c) in rows.items() if named == table}
-            value = lookup(table, state.split(".", 1)[1], key) if key else None
-        else:
-            value = arguments.get(state)
-        labelled += [(label, text) for text in _texts(value, column)]
-    return labelled
+    "$1234.00"): its column's label, else the parameter's name with spaces."""
+    return [(column.words if column is not None else state.replace("_", " "), text)
+            for state, column, value in _declared_values(world, tool, arguments, lookup)
+            for text in _texts(value, column)]
 
 
 def _states(text: str, wanted: str) -> bool:
