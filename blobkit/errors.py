@@ -7,7 +7,14 @@ company sources), so a caller can catch or name any of them from here.
 
 from __future__ import annotations
 
-from trainers.errors import ConfigError, SpendGateError, TargetUnavailableError, TrainerError
+from trainers.errors import (
+    ConfigError,
+    ScoreError,
+    SpendGateError,
+    TargetUnavailableError,
+    TrainerError,
+    TrajectoryError,
+)
 from world_format.errors import (
     ArchiveError,
     BlobkitError,
@@ -22,8 +29,8 @@ from world_format.errors import (
 
 __all__ = [
     "ArchiveError", "BlobkitError", "ChecksumError", "ConfigError", "JobError", "JobNotFoundError", "KitError",
-    "NotTrainableError", "ReplayError", "SourceError", "SpendGateError", "TargetUnavailableError", "ToolCallError",
-    "TrainerError", "TrajectoryError", "VCodeError", "WorldFormatError", "WorldSizeError",
+    "NotTrainableError", "ReplayError", "ScoreError", "SourceError", "SpendGateError", "TargetUnavailableError",
+    "ToolCallError", "TrainerError", "TrajectoryError", "VCodeError", "WorldFormatError", "WorldSizeError",
 ]
 
 
@@ -39,10 +46,6 @@ class SourceError(BlobkitError, ValueError):
     """The company source is missing, unreadable or changed since its job was created."""
 
     code = "source_error"
-
-
-class TrajectoryError(BlobkitError, ValueError):
-    """A trajectories file to score is unreadable or names a case the kit does not have."""
 
 
 class NotTrainableError(BlobkitError, ValueError):

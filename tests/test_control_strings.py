@@ -11,13 +11,13 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 pytest.importorskip("transformers")
 
-from conftest import ROOT  # noqa: E402
+from conftest import ROOT, SHARED  # noqa: E402
 
 from blobkit.builder import BuildConfig, build_kit  # noqa: E402
 from trainers.tiny_model import IM_END, IM_START, build_tokenizer, row_texts  # noqa: E402
 from world_format.kit import open_kit  # noqa: E402
 
-CASES = ROOT.parent / "shared" / "cases" / "evidence"
+CASES = SHARED / "cases" / "evidence"
 WORLDS = [ROOT / "examples" / "retail_desk" / "world.json", ROOT / "examples" / "it_helpdesk" / "world.json"]
 if (CASES / "05-control-strings-in-data").is_dir():
     WORLDS.append(CASES / "05-control-strings-in-data" / "world.json")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, write_world
+from conftest import ROOT, SHARED, write_world
 from typer.testing import CliRunner
 from worlds import small_world
 
@@ -27,7 +27,7 @@ from world_format.pack import write_package
 from world_format.values import answer_numbers, values_equal
 from world_format.vcode import evaluate
 
-CASES = ROOT.parent / "shared" / "cases" / "evidence"
+CASES = SHARED / "cases" / "evidence"
 needs_cases = pytest.mark.skipif(not CASES.is_dir(), reason="the handed cases are not beside this checkout")
 
 

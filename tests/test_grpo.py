@@ -199,7 +199,9 @@ def test_a_model_call_budget_stops_grpo_cleanly_and_keeps_its_evidence(retail_ki
     assert saved["stopped_by"] == "max_model_calls" and "rl" in saved and "rl_minus_base" in saved
     assert set(saved) == {"base", "rl", "rl_minus_base", "optimizer_updates", "steps_completed", "steps_planned",
                           "stopped_by", "model_calls", "eval_model_calls", "active_seconds",
-                          "zero_variance_group_fraction", "reward_history", "kit_sha256", "group_size", "shaping"}
+                          "zero_variance_group_fraction", "reward_history", "kit_sha256", "group_size", "shaping",
+                          "left_out", "eval_limit"}
+    assert saved["left_out"]["untokenizable"] == 0 and saved["rl"]["partial"] is True  # eval_limit 2
     assert (tmp_path / "training.png").is_file() and (tmp_path / "eval_cases_rl.json").is_file()
     assert (tmp_path / "export" / "manifest.json").is_file()
     steps = (tmp_path / "rl_steps.jsonl").read_text().splitlines()

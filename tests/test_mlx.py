@@ -29,7 +29,7 @@ lr 1e-2 (measured: about 3e-6)."""
 RANK = 4
 GRPO_REPORT_KEYS = {"sft", "rl", "rl_minus_sft", "optimizer_updates", "steps_completed", "steps_planned",
                     "stopped_by", "model_calls", "eval_model_calls", "active_seconds", "zero_variance_group_fraction",
-                    "reward_history", "kit_sha256", "group_size", "shaping"}
+                    "reward_history", "kit_sha256", "group_size", "shaping", "left_out", "eval_limit"}
 """eval.json of a GRPO run warm-started from an SFT export (local-torch writes the same, see test_grpo.py)."""
 
 
@@ -202,7 +202,7 @@ def test_a_tiny_local_mlx_run_through_the_cli_exports_a_trained_peft_adapter(
     assert result.exit_code == 0, result.output
     report = json.loads((out / "eval.json").read_text())
     assert set(report) == {"base", "sft", "optimizer_updates", "stopped_by", "train_seconds", "loss_history",
-                           "kit_sha256", "sft_minus_base", "model_calls"}
+                           "kit_sha256", "sft_minus_base", "model_calls", "left_out", "eval_limit"}
     assert (report["optimizer_updates"], report["stopped_by"], report["base"]["cases"], report["sft"]["cases"]) == (
         2, None, 2, 2)
     assert [step for step, _ in report["loss_history"]] == [1, 2]

@@ -29,3 +29,13 @@ class ToolFormatError(ConfigError):
 
 class BaseMismatchError(TrainerError):
     """A base model differs from the one an export or plan pinned (its sha256), or its files fail their manifest."""
+
+
+class ScoreError(BlobkitError, ValueError):
+    """Verdicts that cannot make one score: a case the kit does not hold, or one case judged on two different
+    conversations (:mod:`trainers.scoring`)."""
+
+
+class TrajectoryError(ScoreError):
+    """A trajectories file to score is unreadable, names a case the kit does not have, or holds one case twice
+    with different messages."""

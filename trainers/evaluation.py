@@ -16,9 +16,8 @@ fork of the runtime, and asks the policy for the next turn of all of them at onc
 
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -38,6 +37,8 @@ from .errors import ToolFormatError
 from .formats import FORMATS, ToolFormat, format_of
 from .generation import generate_turn
 from .intervals import rate_record
+from .messages import assistant_text, file_call, raw_calls
+from .scoring import Score, Scored, Side, conversation_key, score_verdicts, side_universe
 from .turns import Generate, TurnPolicy, TurnRequest, as_turn_policy
 
 CaseKind = Literal["read", "write", "refusal"]
@@ -218,20 +219,6 @@ def case_prompt(case: KitCase, world: World) -> tuple[list[dict[str, Any]], list
     return prompt_messages(world.system_prompt(), case.task.instruction), world.function_specs()
 
 
-def _file_call(call: Any) -> tuple[str, Any] | str:
-    """(name, arguments) of one tool call in a trajectory file, or why it cannot be executed."""
-    function = call.get("function") if isinstance(call, dict) else None
-    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-        return "a tool call needs function.name"
-    arguments = function.get("arguments", {})
-    if isinstance(arguments, str):  # OpenAI's wire format sends arguments as a JSON string
-        try:
-            arguments = json.loads(arguments)
-        except ValueError:
-            return f"arguments of {function['name']} are not valid JSON"
-    return function["name"], arguments
-
-
 def replay_trajectory(runtime: WorldRuntime, case: KitCase, messages: Sequence[dict[str, Any]],
                       max_turns: int | None = None) -> EpisodeResult:
     """Score an agent's recorded conversation: its assistant turns are re-executed on an isolated copy of the seed.
@@ -239,8 +226,10 @@ def replay_trajectory(runtime: WorldRuntime, case: KitCase, messages: Sequence[d
     Only the assistant messages are read: each turn's ``tool_calls`` run in order (the world's real
     observations are fed back; any ``tool`` and ``user`` messages in ``messages`` are ignored); a turn
     without a tool call goes to the scripted customer (:mod:`world_format.customer`), and once the script
-    is used up, it is the final answer. The verdict is :func:`world_format.judge.judge`'s. A call that cannot
-    be read counts as a parse failure and returns an error observation, as a malformed call from a model would.
+    is used up, it is the final answer; the verdict is :func:`world_format.judge.judge`'s. Messages are read in
+    every shape a client sends (content parts, OpenAI's JSON-string arguments, :mod:`trainers.messages`); a call
+    or a content that cannot be read counts as a parse failure and returns an error observation, as a malformed
+    call from a model would.
     """
     prompt, _ = case_prompt(case, runtime.world)
     conversation = Conversation.resume(prompt)
@@ -250,9 +239,12 @@ def replay_trajectory(runtime: WorldRuntime, case: KitCase, messages: Sequence[d
         customer = Customer(episode, case.task.turns)
         for message in turns:
             used += 1
-            raw = message.get("tool_calls") or []
-            text = message.get("content")
-            content: str = text if isinstance(text, str) else ""
+            raw = raw_calls(message)
+            content, unreadable = assistant_text(message)
+            if unreadable:  # never an empty answer: a turn the scorer cannot read is a parse failure
+                parse_failures += 1
+                conversation.unparsed("", [unreadable])
+                continue
             if not raw:
                 conversation.answer(content)
                 reply = customer.reply(content)  # a turn without calls asks; the scripted customer answers
@@ -263,7 +255,7 @@ def replay_trajectory(runtime: WorldRuntime, case: KitCase, messages: Sequence[d
                 break
             if content:
                 episode.say(content, "remark")
-            read = [_file_call(call) for call in raw] if isinstance(raw, list) else ["tool_calls must be a list"]
+            read = [file_call(call) for call in raw] if isinstance(raw, list) else [raw]
             errors = [r for r in read if isinstance(r, str)]
             if errors:
                 parse_failures += len(errors)
@@ -307,14 +299,33 @@ def model_policy(model: Any, tokenizer: Any, max_new_tokens: int, slots: int = D
 
 @dataclass(frozen=True)
 class EvalSummary:
-    """Pass rate and what went wrong, over a set of episodes."""
+    """Pass rate and what went wrong, over a set of episodes, as a claim about the kit's cases
+    (:func:`trainers.scoring.score_verdicts`: each case counted once, the coverage of its side stated)."""
 
     results: tuple[EpisodeResult, ...]
+    universe: Mapping[str, Side] | None = None
+    """Every case id the episodes could have covered, with its side (a held-out evaluation: all of the kit's
+    held-out cases); None: exactly the episodes' own cases, as held-out cases."""
+
+    def score(self) -> Score:
+        """The episodes' verdicts as one score; ScoreError for a case judged on two different conversations."""
+        verdicts = [Scored(r.case_id, r.passed, r.entity, conversation_key(r.messages), f"episode {index}")
+                    for index, r in enumerate(self.results)]
+        universe: Mapping[str, Side] = self.universe if self.universe is not None else \
+            dict.fromkeys((r.case_id for r in self.results), "eval")
+        return score_verdicts(verdicts, universe)
+
+    def distinct(self) -> list[EpisodeResult]:
+        """The first episode of each case (a repeat of a case on the same conversation counts once)."""
+        seen: dict[str, EpisodeResult] = {}
+        for result in self.results:
+            seen.setdefault(result.case_id, result)
+        return list(seen.values())
 
     @property
     def pass_rate(self) -> float:
-        """Share of episodes the verifier passed (0.0 for none), rounded to 4 places."""
-        return round(sum(r.passed for r in self.results) / len(self.results), 4) if self.results else 0.0
+        """Share of distinct cases the verifier passed (0.0 for none), rounded to 4 places."""
+        return self.score().pass_rate
 
     @property
     def model_calls(self) -> int:
@@ -325,27 +336,37 @@ class EvalSummary:
         """The summary as eval.json records it.
 
         Every rate carries its case count, passes, independent entities and 95 % Wilson interval
-        (:func:`trainers.intervals.rate_record`). ``refusal.false_acceptance``: refusal cases that failed;
-        ``refusal.false_rejection``: write cases that failed without any successful write (the agent declined
-        or never wrote).
+        (:func:`trainers.intervals.rate_record`), over distinct cases; ``side``, ``cases_in_side``,
+        ``coverage`` and ``partial`` say how much of the side the cases cover (:mod:`trainers.scoring`).
+        ``refusal.false_acceptance``: refusal cases that failed; ``refusal.false_rejection``: write cases that
+        failed without any successful write (the agent declined or never wrote).
         """
+        score, results = self.score(), self.distinct()
+        coverage = score.sides["train"] if score.side == "train" else score.sides["eval"]
         by_template: dict[str, list[tuple[bool, str]]] = defaultdict(list)
-        for result in self.results:
+        for result in results:
             by_template[result.template].append((result.passed, result.entity))
-        failed = Counter(r.kind for r in self.results if not r.passed)
-        declined = sum(1 for r in self.results if r.kind == "write" and not r.passed and not r.wrote)
+        failed = Counter(r.kind for r in results if not r.passed)
+        declined = sum(1 for r in results if r.kind == "write" and not r.passed and not r.wrote)
         return {
-            **rate_record((r.passed, r.entity) for r in self.results),
+            **score.model_dump(include={"pass_rate", "cases", "passed", "entities", "interval_95"}),
             "interval_method": "Wilson score, 95 %, over cases",
+            "side": score.side, "cases_in_side": coverage.cases_in_kit, "coverage": coverage.coverage,
+            "partial": score.partial, "duplicates": score.duplicates,
             "per_template": {t: rate_record(v) for t, v in sorted(by_template.items())},
             "tool_call_parse_failures": sum(r.parse_failures for r in self.results),
             "refusal": {"false_acceptance": failed.get("refusal", 0), "false_rejection": declined},
-            "verifier_errors": sum(1 for r in self.results if r.verdict.outcome == "error"),
+            "verifier_errors": sum(1 for r in results if r.verdict.outcome == "error"),
             "model_calls": self.model_calls,
         }
 
 
 def evaluate_cases(policy: TurnPolicy | Generate, runtime: WorldRuntime, cases: Sequence[KitCase], max_turns: int,
-                   progress: Callable[[int, int], None] | None = None) -> EvalSummary:
-    """Run every case (:func:`run_episodes`); return the summary (which holds the per-case results)."""
-    return EvalSummary(tuple(run_episodes(policy, runtime, cases, max_turns, progress)))
+                   progress: Callable[[int, int], None] | None = None, *,
+                   universe: Sequence[KitCase] | None = None) -> EvalSummary:
+    """Run every case (:func:`run_episodes`); return the summary (which holds the per-case results).
+
+    ``universe``: the cases ``cases`` are drawn from (the kit's whole held-out side), so the summary states its
+    coverage; None: ``cases`` themselves."""
+    results = tuple(run_episodes(policy, runtime, cases, max_turns, progress))
+    return EvalSummary(results, side_universe(universe) if universe is not None else None)

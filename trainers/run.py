@@ -27,21 +27,35 @@ from .export import export_model, load_export, merge_export
 from .fit import Trainer
 from .intervals import rate_text
 from .report import plot_training
+from .tokenizable import Tokenizable, tokenizable_cases
 
 
 def evaluate_policy(model: Any, tokenizer: Any, loaded: LoadedWorld, cases: list[KitCase], config: TrainConfig,
-                    log: Log, label: str) -> EvalSummary:
+                    log: Log, label: str, universe: list[KitCase] | None = None) -> EvalSummary:
     """Greedy episodes of every case on isolated copies of the seed, in the tool format ``tokenizer`` carries;
-    log and return the summary."""
+    log and return the summary (its coverage stated against ``universe``, the kit's held-out side)."""
     runtime = loaded.runtime()
     try:
         started = time.monotonic()
         summary = evaluate_cases(model_policy(model, tokenizer, config.max_new_tokens, config.episode_batch),
-                                 runtime, cases, config.max_turns)
+                                 runtime, cases, config.max_turns, universe=universe)
     finally:
         runtime.close()
     log(f"{label}: held-out pass rate {rate_text(summary.to_json())} ({time.monotonic() - started:.0f}s)")
     return summary
+
+
+def _tokenizable(cases: list[KitCase], loaded: LoadedWorld, tokenizer: Any, log: Log) -> Tokenizable:
+    """The held-out cases a model on ``tokenizer`` can pass at all (:mod:`trainers.tokenizable`); the rest logged."""
+    runtime = loaded.runtime()
+    try:
+        found = tokenizable_cases(cases, runtime, tokenizer)
+    finally:
+        runtime.close()
+    if found.left_out:
+        log(f"left out {len(found.left_out)} held-out case(s) whose required text the tokenizer cannot write back "
+            f"unchanged (first: {next(iter(found.left_out.items()))})")
+    return found
 
 
 def _trainer(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: dict[str, Any]) -> Trainer:
@@ -74,9 +88,11 @@ def run_training(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan
 
         return train_runpod(config, kit, rows, plan_record, log, stop)
     trainer = _trainer(config, kit, rows, plan_record)
-    loaded, cases = kit.world(), kit.cases("eval")[: config.eval_limit]
+    loaded, held_out = kit.world(), kit.cases("eval")
     model, tokenizer = trainer.start_policy()
-    start = evaluate_policy(model, tokenizer, loaded, cases, config, log, trainer.start_label)
+    expressible = _tokenizable(held_out[: config.eval_limit], loaded, tokenizer, log)
+    cases = expressible.kept
+    start = evaluate_policy(model, tokenizer, loaded, cases, config, log, trainer.start_label, held_out)
     del model
     fit = trainer.fit(Budget(config.max_model_calls, config.max_minutes, stop), log)
     export = export_model(fit.checkpoint, config.out / "export", kind=fit.kind, config=config.as_json(),
@@ -84,8 +100,8 @@ def run_training(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan
     if config.merge:
         merge_export(export, config.out / "export-merged")
     reloaded, tokenizer, _ = load_export(export)
-    end = evaluate_policy(reloaded, tokenizer, loaded, cases, config, log, trainer.end_label)
-    report = trainer.report(start, end, fit)
+    end = evaluate_policy(reloaded, tokenizer, loaded, cases, config, log, trainer.end_label, held_out)
+    report = {**trainer.report(start, end, fit), "left_out": expressible.record(), "eval_limit": config.eval_limit}
     atomic_write_json(config.out / "eval.json", report)
     atomic_write_json(config.out / f"eval_cases_{trainer.end_label}.json", [r.to_json() for r in end.results])
     evals: dict[str, Any] = {name: report[name] for name in ("base", "sft", "rl") if name in report}

@@ -19,6 +19,8 @@ import jsonschema
 from world_format.canonical import canonical_json
 from world_format.errors import ToolCallError
 
+from .ecma_pattern import ParameterValidator
+from .jsontext import lone_surrogate
 from .models import Tool
 from .parameters import defaults
 from .sqlguard import Guard, named_parameters
@@ -46,10 +48,9 @@ class CompiledTool:
 def compile_tool(tool: Tool, json_columns: frozenset[str] = frozenset()) -> CompiledTool:
     """Prepare a tool for execution (schema validator, parameter lists); ``json_columns`` names the world's JSON
     columns, whose values observations show as nested JSON."""
-    validator_class = jsonschema.validators.validator_for(tool.parameters, default=jsonschema.Draft202012Validator)
     return CompiledTool(
         tool=tool,
-        validator=validator_class(tool.parameters),
+        validator=ParameterValidator(tool.parameters),
         precondition_params=tuple(tuple(named_parameters(p.sql)) for p in tool.preconditions),
         statement_params=tuple(tuple(named_parameters(sql)) for sql in tool.statements),
         defaults=defaults(tool.parameters),
@@ -63,6 +64,10 @@ def check_arguments(compiled: CompiledTool, arguments: Any) -> dict[str, Any]:
     Raises ToolCallError with a short reason."""
     if not isinstance(arguments, dict):
         raise ToolCallError(f"arguments for {compiled.tool.name} must be a JSON object")
+    broken = lone_surrogate(arguments)
+    if broken is not None:
+        raise ToolCallError(f"invalid arguments for {compiled.tool.name} at {broken.lstrip('/')}: a lone UTF-16 "
+                            "surrogate is no character")
     error = jsonschema.exceptions.best_match(compiled.validator.iter_errors(arguments))
     if error is not None:
         where = "/".join(str(part) for part in error.absolute_path)

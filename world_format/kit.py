@@ -31,6 +31,7 @@ from world_format.canonical import sha256_hex
 from world_format.errors import BlobkitError, KitError
 
 from .archive import open_archive
+from .jsontext import json_lines, loads_strict
 from .loaded import LoadedWorld
 from .loader import load_world
 from .manifest import verify_manifested_dir
@@ -182,7 +183,11 @@ def _parse(model: type[M], value: Any, where: str) -> M:
 
 
 def read_jsonl(path: Path) -> list[Row]:
-    """Every non-empty line of a JSON Lines file as an object; KitError naming ``file:line`` otherwise."""
+    """Every non-blank line of a JSON Lines file as an object; KitError naming ``file:line`` otherwise.
+
+    Lines end at ``\\n`` only (U+2028, NEL and the other separators ``str.splitlines`` knows stay inside their
+    strings), and each line is strict JSON (:func:`world_format.jsontext.loads_strict`).
+    """
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -190,11 +195,9 @@ def read_jsonl(path: Path) -> list[Row]:
     except UnicodeDecodeError as exc:
         raise KitError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     rows = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
+    for number, line in json_lines(text):
         try:
-            value = json.loads(line)
+            value = loads_strict(line)
         except ValueError as exc:
             raise KitError(f"{path}:{number}: invalid JSON: {exc}") from None
         if not isinstance(value, dict):

@@ -9,7 +9,6 @@ Both forms of the same world have the same ``sha256`` (see :mod:`world_format.lo
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from pydantic import ValidationError
 from world_format.errors import WorldFormatError, WorldSizeError
 
 from .declaration import check_declaration
+from .jsontext import loads_strict
 from .loaded import LoadedWorld
 from .manifest import check_bytes, check_listing
 from .models import World
@@ -49,19 +49,6 @@ DEFAULT_BUDGET = Budget()
 # --------------------------------------------------------------------------- reading
 
 
-def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise ValueError(f"duplicate key {key!r}")
-        result[key] = value
-    return result
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def read_bounded(path: Path, limit: int, what: str) -> bytes:
     """Read a regular file of at most ``limit`` bytes (refusing links and special files)."""
     try:
@@ -80,13 +67,14 @@ def read_bounded(path: Path, limit: int, what: str) -> bytes:
 
 
 def parse_json(data: bytes, source: str) -> Any:
-    """Strict JSON: UTF-8 only, no duplicate keys, no NaN/Infinity."""
+    """Strict JSON (:func:`world_format.jsontext.loads_strict`): UTF-8 only, no duplicate keys, no NaN/Infinity, no
+    lone surrogates."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise WorldFormatError(f"{source}: not UTF-8 text (byte {exc.start})") from None
     try:
-        return json.loads(text, object_pairs_hook=_reject_duplicate_keys, parse_constant=_reject_constant)
+        return loads_strict(text)
     except ValueError as exc:
         raise WorldFormatError(f"{source}: invalid JSON: {exc}") from None
     except RecursionError:

@@ -28,6 +28,11 @@ keyword                     what blobkit does with it
 ``pattern``, ``const``
 ==========================  ===============================================================
 
+Every keyword means what JSON Schema 2020-12 says: ``pattern`` is an ECMA-262 regular expression
+(:mod:`world_format.ecma_pattern`: ``$`` does not match before a final newline, ``\\d`` is ``[0-9]``), and
+one that is not ECMA-262 is refused; a nullable ``enum`` (or ``const``) must list ``null``, which JSON
+Schema otherwise refuses; a default, each ``enum`` value and each example must fit the schema.
+
 Anything else (``$ref``, ``oneOf``, ``allOf``, ``not``, ``format``…) is refused. An array or object
 argument is bound to SQL as canonical JSON text, which tool SQL reads with SQLite's JSON functions
 (``json_each(:item_ids)``, ``json_extract(:address, '$.city')``). An omitted argument without a
@@ -38,9 +43,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import jsonschema
-
 from world_format.errors import WorldFormatError
+
+from .ecma_pattern import ParameterValidator, compile_pattern
 
 SCALAR_TYPES = ("string", "integer", "number", "boolean")
 STRUCTURED_TYPES = ("array", "object")
@@ -108,11 +113,37 @@ def _check(what: str, prop: Any, depth: int, described: bool) -> None:
     _check_structure(what, prop, next(k for k in kinds if k != "null"), depth)
     if described and (not isinstance(prop.get("description"), str) or not prop["description"].strip()):
         raise WorldFormatError(f"{what}: needs a description for the model")
-    if "default" in prop:
-        problems = list(jsonschema.Draft202012Validator({k: v for k, v in prop.items() if k != "default"})
-                        .iter_errors(prop["default"]))
-        if problems:
-            raise WorldFormatError(f"{what}: its default does not fit its own schema: {problems[0].message}")
+    _check_exact(what, prop, kinds)
+
+
+def _check_exact(what: str, prop: dict[str, Any], kinds: list[str]) -> None:
+    """Keywords whose meaning blobkit applies exactly, or refuses: an ECMA-262 ``pattern``; a nullable ``enum`` or
+    ``const`` that admits null; a ``default``, every ``enum`` value and every example that fits the schema."""
+    if "pattern" in prop:
+        if not isinstance(prop["pattern"], str):
+            raise WorldFormatError(f"{what}: pattern must be a string (an ECMA-262 regular expression)")
+        try:
+            compile_pattern(prop["pattern"])
+        except ValueError as exc:
+            raise WorldFormatError(f"{what}: {exc} (JSON Schema patterns are ECMA-262, not Python re)") from None
+    if "null" in kinds and ("enum" in prop and None not in _listed(prop["enum"]) or "const" in prop
+                            and prop["const"] is not None):
+        keyword = "enum" if "enum" in prop else "const"
+        raise WorldFormatError(f"{what}: its type admits null but its {keyword} does not list null, so JSON Schema "
+                               f"refuses null; a nullable {keyword} must list null (or drop \"null\" from type)")
+    rest = {k: v for k, v in prop.items() if k not in ("default", "examples", "description", "title")}
+    validator = ParameterValidator(rest)
+    for keyword, values in (("default", [prop["default"]] if "default" in prop else []),
+                            ("enum", _listed(prop.get("enum"))), ("examples", _listed(prop.get("examples")))):
+        for value in values:
+            problems = list(validator.iter_errors(value))
+            if problems:
+                what_value = "its default" if keyword == "default" else f"{keyword} value {value!r}"
+                raise WorldFormatError(f"{what}: {what_value} does not fit its own schema: {problems[0].message}")
+
+
+def _listed(values: Any) -> list[Any]:
+    return values if isinstance(values, list) else []
 
 
 def check_parameter_schema(tool: str, name: str, prop: Any, where: str) -> None:

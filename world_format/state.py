@@ -160,15 +160,33 @@ _SQL_TOKEN = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|\[[^\]]*\]|`(?:[^`]
                         r"|\d+(?:\.\d+)?|<>|!=|<=|>=|==|\|\||\S")
 
 
-def sql_tokens(sql: str) -> list[str]:
+def sql_tokens(sql: str, identifiers: frozenset[str] = frozenset()) -> list[str]:
     """SQL as SQLite reads it: whitespace and the quoting of identifiers do not matter, nor does case outside
-    string literals."""
+    string literals.
+
+    A double-quoted token is an identifier only when it names one (``identifiers``, compared
+    case-insensitively, as SQLite compares names); otherwise SQLite reads it as a string literal (its
+    "double-quoted string" compatibility rule, https://www.sqlite.org/quirks.html#dblquote), so it becomes
+    that literal, compared case-sensitively: ``CHECK (tier IN ("gold"))`` is not ``CHECK (tier IN ("GOLD"))``.
+    Bracketed and backticked tokens are always identifiers.
+    """
+    known = {name.upper() for name in identifiers}
     tokens = []
     for token in _SQL_TOKEN.findall(sql or ""):
-        if token[0] in "\"[`":
-            token = token[1:-1].replace('""', '"').replace("``", "`")
+        if token[0] == '"':
+            name = token[1:-1].replace('""', '"')
+            token = name.upper() if name.upper() in known else "'" + name.replace("'", "''") + "'"
+        elif token[0] in "[`":
+            token = token[1:-1].replace("``", "`").upper()
         tokens.append(token if token.startswith("'") else token.upper())
     return tokens
+
+
+def declared_names(state: State) -> frozenset[str]:
+    """Every name the declaration gives: tables, their columns, indexes, views and triggers."""
+    names = {table.name for table in state.tables} | {c.name for table in state.tables for c in table.columns}
+    names |= {index.name for index in state.indexes} | {view.name for view in state.views}
+    return frozenset(names | {trigger.name for trigger in state.triggers})
 
 
 def _difference(expected: list[str], found: list[str]) -> str:
@@ -209,7 +227,7 @@ def check_seed(conn: sqlite3.Connection, state: State, source: str) -> None:
         raise WorldFormatError(f"{source}: seed.sqlite is not a valid database: {exc}") from None
     if result != [("ok",)]:
         raise WorldFormatError(f"{source}: seed.sqlite failed quick_check: {result[0][0]}")
-    expected = declared_schema(state)
+    expected, names = declared_schema(state), declared_names(state)
     found = {(kind, name): sql for kind, name, sql in conn.execute("SELECT type, name, sql FROM sqlite_schema")}
     for (kind, name), sql in sorted(found.items()):
         where = f"{source}: seed.sqlite {kind} {name!r}"
@@ -220,8 +238,9 @@ def check_seed(conn: sqlite3.Connection, state: State, source: str) -> None:
                        "trigger": "/state/triggers"}.get(kind)
             hint = f": not declared in {section}" if section else ": the world does not declare it"
             raise WorldFormatError(f"{where}: undeclared {kind}{hint}")
-        if sql_tokens(sql or "") != sql_tokens(expected[(kind, name)] or ""):
-            diff = _difference(sql_tokens(expected[(kind, name)] or ""), sql_tokens(sql or ""))
+        seed_tokens, declared_tokens = sql_tokens(sql or "", names), sql_tokens(expected[(kind, name)] or "", names)
+        if seed_tokens != declared_tokens:
+            diff = _difference(declared_tokens, seed_tokens)
             raise WorldFormatError(f"{where}: differs from its declaration: {diff}")
     missing = sorted(set(expected) - set(found))
     if missing:
@@ -229,7 +248,29 @@ def check_seed(conn: sqlite3.Connection, state: State, source: str) -> None:
         raise WorldFormatError(f"{source}: seed.sqlite lacks declared {kind} {name!r}")
     if conn.execute("PRAGMA foreign_key_check").fetchone():
         raise WorldFormatError(f"{source}: seed.sqlite violates a declared foreign key")
+    check_seed_text(conn, state, source)
     check_json_columns(conn, state, source)
+
+
+def check_seed_text(conn: sqlite3.Connection, state: State, source: str) -> None:
+    """Every text value of the seed is valid UTF-8 (WorldFormatError naming table, column and rowid otherwise).
+
+    SQLite stores whatever bytes it is given as TEXT; a value that is not UTF-8 (an encoded lone surrogate,
+    a Latin-1 byte) could be neither read back into a tool's observation nor hashed. A seed built from a
+    single-file world never holds one: its JSON text is checked when it loads.
+    """
+    for table in state.tables:
+        for column in table.columns:
+            name = quote_identifier(column.name)
+            rows = conn.execute(f"SELECT rowid, CAST({name} AS BLOB) FROM {quote_identifier(table.name)} "
+                                f"WHERE typeof({name}) = 'text'")
+            for rowid, data in rows:
+                try:
+                    data.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise WorldFormatError(f"{source}: seed.sqlite table {table.name!r} row {rowid} column "
+                                           f"{column.name!r}: not UTF-8 text (byte {exc.start}); store text as "
+                                           "UTF-8 (an encoded lone surrogate is no character)") from None
 
 
 # --------------------------------------------------------------------------- hashing

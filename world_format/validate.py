@@ -17,6 +17,7 @@ from world_format.errors import WorldFormatError
 
 from .chain import threaded
 from .declaration import check_column_ref, check_declaration
+from .ecma_pattern import ParameterValidator
 from .executor import compile_tool
 from .family import fill, first_family_row, slots
 from .keys import check_key
@@ -81,7 +82,7 @@ def _check_parameters(tool: Tool, where: str) -> set[str]:
     for name, prop in properties.items():
         check_parameter_schema(tool.name, name, prop, f"{where}/parameters/properties/{name}")
     try:
-        jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator).check_schema(schema)
+        ParameterValidator.check_schema(schema)
     except jsonschema.SchemaError as exc:
         raise WorldFormatError(f"{where}/parameters: not a valid JSON Schema for tool {tool.name!r}: "
                                f"{exc.message}") from None

@@ -16,6 +16,7 @@ from blobkit.errors import KitError
 from blobkit.wording import task_defects, world_words
 from world_format.archive import write_tar_zst
 from world_format.canonical import canonical_bytes
+from world_format.jsontext import json_lines
 from world_format.kit import KIT_FILE
 from world_format.loaded import LoadedWorld
 from world_format.loader import load_world
@@ -100,7 +101,7 @@ class BuiltKit:
 
     def rejected(self) -> list[dict[str, Any]]:
         """The rejected candidates' task records (as rejected.jsonl holds them)."""
-        return [json.loads(line) for line in self.files["rejected.jsonl"].splitlines() if line.strip()]
+        return [json.loads(line) for _, line in json_lines(self.files["rejected.jsonl"].decode("utf-8"))]
 
 
 def execute_build(world_path: Path, config: BuildConfig = BuildConfig(), progress: Progress = no_progress) -> BuiltKit:

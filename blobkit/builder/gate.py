@@ -121,6 +121,7 @@ def _control_reasons(task: Task) -> list[str]:
     answer, _ = final_answer(task)
     texts = [("instruction", task.instruction), ("answer key", answer)]
     texts += [("checked answer", str(c.value)) for c in answer_checks(task) if isinstance(c.value, str)]
+    texts += [(f"scripted turn {i}", text) for i, turn in enumerate(task.turns) for text in (turn.assistant, turn.user)]
     for what, text in texts:
         found = control_strings_in(text)
         if found:

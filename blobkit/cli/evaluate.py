@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import typer
 
@@ -49,61 +48,48 @@ def adversary(kit: Path = typer.Option(..., "--kit", help="Kit directory or arch
         typer.echo(f"{len(lines)} trajectories of {agent} written to {out}{applies}", err=True)
 
 
-def _read_lines(path: Path) -> list[dict[str, Any]]:
-    from blobkit.errors import KitError, TrajectoryError
-    from world_format.kit import read_jsonl
-
-    try:
-        lines = read_jsonl(path)
-    except KitError as exc:
-        raise TrajectoryError(str(exc)) from None
-    for number, line in enumerate(lines, start=1):
-        if not isinstance(line.get("case_id"), str) or not isinstance(line.get("messages"), list):
-            raise TrajectoryError(f"{path}:{number}: each line needs a case_id (string) and messages (list)")
-    if not lines:
-        raise TrajectoryError(f"{path} holds no trajectories: nothing to score")
-    return lines
-
-
 def evaluate(kit: Path = typer.Option(..., "--kit", help="Kit directory or archive."),
              trajectories: Path = typer.Option(..., "--trajectories", help="JSON Lines: {case_id, messages}."),
              min_pass_rate: float = typer.Option(1.0, "--min-pass-rate", help="Exit 1 below this pass rate."),
+             allow_partial: bool = typer.Option(False, "--allow-partial",
+                                                help="Accept a file that does not cover every held-out case."),
              max_turns: int | None = typer.Option(None, "--max-turns", help="Read at most this many assistant turns."),
              as_json: bool = typer.Option(False, "--json", help="Print {summary, cases} as JSON.")) -> None:
     """Score recorded agent conversations: re-execute their tool calls on the kit's world and let VCode judge.
 
-    Each line is {"case_id": ..., "messages": [...]} in the kit's row format; only assistant turns are read
-    (tool messages are ignored: the world's real observations are fed back). Training and held-out case ids
-    are both accepted. Exits 1 when the pass rate is below --min-pass-rate (default: every case must pass).
+    Each line is {"case_id": ..., "messages": [...]} in the kit's row format (or OpenAI's: content parts,
+    JSON-string arguments); only assistant turns are read (tool messages are ignored: the world's real
+    observations are fed back). The score is over the kit's distinct cases: a case repeated with the same
+    messages counts once, with different messages it is an error naming both lines, and a case id the kit
+    does not hold is an error. Training and held-out case ids are both accepted; the summary says how many
+    of each side's cases the file covers. Exits 1 when the pass rate is below --min-pass-rate (default:
+    every case must pass), or when the file does not cover every held-out case (partial) unless
+    --allow-partial.
 
     Example: blobkit eval --kit KIT --trajectories agent.jsonl --json
     """
-    from blobkit.errors import TrajectoryError
-    from trainers.evaluation import EvalSummary, replay_trajectory
+    from trainers.trajectories import read_trajectories, score_trajectories
     from world_format.kit import open_kit
 
-    lines = _read_lines(trajectories)
+    lines = read_trajectories(trajectories)
     with open_kit(kit) as opened:
-        cases = {case.case_id: case for case in opened.cases("train") + opened.cases("eval")}
-        runtime = opened.world().runtime()
-        try:
-            results = []
-            for number, line in enumerate(lines, start=1):
-                if line["case_id"] not in cases:
-                    raise TrajectoryError(f"{trajectories}:{number}: the kit has no case {line['case_id']!r}")
-                results.append(replay_trajectory(runtime, cases[line["case_id"]], line["messages"], max_turns))
-        finally:
-            runtime.close()
-    summary = EvalSummary(tuple(results)).to_json()
+        scored = score_trajectories(opened, lines, str(trajectories), max_turns)
+    score, ordered = scored.score, scored.results
     if as_json:
-        echo_json({"summary": summary, "cases": [{"case_id": r.case_id, "passed": r.passed,
-                                                  "verdict": r.verdict.to_json()} for r in results]})
+        echo_json({"summary": scored.summary(),
+                   "cases": [{"case_id": r.case_id, "passed": r.passed, "parse_failures": r.parse_failures,
+                              "verdict": r.verdict.to_json()} for r in ordered]})
     else:
-        typer.echo(f"pass rate {rate_text(summary)}")
-        for result in results:
+        typer.echo(f"pass rate {rate_text(score.model_dump())}")
+        typer.echo(f"  {score.summary()}")
+        for result in ordered:
             if not result.passed:
                 typer.echo(f"  {result.case_id}: {result.verdict.outcome} {json.dumps(result.verdict.reason)[:160]}")
-    if summary["pass_rate"] < min_pass_rate:
+    if score.partial and not allow_partial:
+        typer.echo("error: the file does not cover every held-out case, so its pass rate is no claim about the "
+                   "held-out set; score every held-out case, or pass --allow-partial", err=True)
+        raise typer.Exit(1)
+    if score.pass_rate < min_pass_rate:
         raise typer.Exit(1)
 
 

@@ -15,8 +15,8 @@ from .held_out import MIN_HELD_OUT_ENTITIES, entities_text
 SMALL_HELD_OUT = "held-out too small to mean anything"
 """How a job's check, events and results name a held-out set below the minimum."""
 
-SUMMARY_KEYS = ("pass_rate", "cases", "passed", "entities", "interval_95", "per_template", "tool_call_parse_failures",
-                "refusal")
+SUMMARY_KEYS = ("pass_rate", "cases", "passed", "entities", "interval_95", "side", "cases_in_side", "coverage",
+                "partial", "duplicates", "per_template", "tool_call_parse_failures", "refusal")
 
 
 def _summary(evaluation: dict[str, Any], measured_by: str) -> dict[str, Any]:
@@ -47,8 +47,23 @@ def assemble_results(records: dict[str, dict[str, Any]], complete: bool) -> dict
         results["held_out"] = {"cases_in_kit": kit["eval_cases"], "cases_evaluated": cases,
                                "coverage": round(cases / kit["eval_cases"], 4),
                                "case_counts_match": len({summary["cases"] for summary in evaluated}) == 1,
+                               **_partial(cases, kit["eval_cases"], sft or rl or {}),
                                **_entities(records.get("qualify", {}).get("held_out", {}), evaluated)}
     return results
+
+
+def _partial(cases: int, in_kit: int, report: dict[str, Any]) -> dict[str, Any]:
+    """``partial`` (the rates do not cover every held-out case, :mod:`trainers.scoring`) and why: the cases the
+    base tokenizer cannot write (left out and counted) and the job's ``eval_limit``; ``partial_unexplained`` when
+    neither accounts for the missing cases."""
+    if cases >= in_kit:
+        return {"partial": False}
+    left_out = int(report.get("left_out", {}).get("untokenizable", 0))
+    found: dict[str, Any] = {"partial": True, "left_out_untokenizable": left_out}
+    limit = report.get("eval_limit")
+    if left_out + cases < in_kit and limit is None:
+        found["partial_unexplained"] = f"{in_kit - cases - left_out} held-out cases were neither evaluated nor left out"
+    return found
 
 
 def _entities(qualified: dict[str, Any], evaluated: list[dict[str, Any]]) -> dict[str, Any]:

@@ -257,9 +257,13 @@ def stage_evaluate(ctx: StageContext) -> StageOutcome:
     path = ctx.store.write_json_artifact(ctx.job_id, "results.json", results)
     ctx.store.set_results(ctx.job_id, results)
     held_out = results["held_out"]
-    ok = held_out["case_counts_match"] and held_out["cases_evaluated"] > 0
+    ok = held_out["case_counts_match"] and held_out["cases_evaluated"] > 0 and "partial_unexplained" not in held_out
     detail = (f"base, SFT and RL each ran {held_out['cases_evaluated']} of {held_out['cases_in_kit']} "
-              "held-out cases" if ok else "the models were not evaluated on the same held-out cases")
+              "held-out cases" if ok else held_out.get("partial_unexplained")
+              or "the models were not evaluated on the same held-out cases")
+    if held_out.get("partial"):
+        detail += (f" (partial: {held_out['left_out_untokenizable']} left out as untokenizable"
+                   f"{', the rest by eval_limit' if 'partial_unexplained' not in held_out else ''})")
     return StageOutcome(results, {"results": path}, checks={"heldout_evaluated": (ok, detail)})
 
 

@@ -15,6 +15,8 @@ import ast
 import re
 from typing import Any
 
+from world_format.jsontext import lone_surrogate
+
 from .format import ToolFormat
 from .parsed import ParsedTurn, strip_tokens
 
@@ -50,7 +52,11 @@ def _call(node: ast.AST) -> dict[str, Any]:
         raise ValueError("expected name(key=value, ...)")
     if node.args or any(keyword.arg is None for keyword in node.keywords):
         raise ValueError(f"{node.func.id}: arguments must be passed by name")
-    return {"name": node.func.id, "arguments": {k.arg: literal(k.value) for k in node.keywords if k.arg}}
+    arguments = {k.arg: literal(k.value) for k in node.keywords if k.arg}
+    broken = lone_surrogate(arguments)
+    if broken is not None:
+        raise ValueError(f"{node.func.id}: argument {broken} holds a lone UTF-16 surrogate (no character)")
+    return {"name": node.func.id, "arguments": arguments}
 
 
 def _parse_block(body: str, first: int) -> tuple[list[dict[str, Any]], list[str]]:

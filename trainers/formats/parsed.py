@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from world_format.jsontext import lone_surrogate
+
 
 @dataclass(frozen=True)
 class ParsedTurn:
@@ -47,7 +49,8 @@ def strip_tokens(text: str, tokens: tuple[str, ...]) -> str:
 
 
 def checked_call(value: Any, where: str, arguments_key: str = "arguments") -> tuple[dict[str, Any] | None, str | None]:
-    """(call, None) when ``value`` is ``{"name": non-empty str, arguments_key: object}``, else (None, error)."""
+    """(call, None) when ``value`` is ``{"name": non-empty str, arguments_key: object}``, else (None, error); a value
+    holding a lone surrogate is an error."""
     if not isinstance(value, dict):
         return None, f"{where}: expected a JSON object, got {type(value).__name__}"
     name = value.get("name")
@@ -57,4 +60,7 @@ def checked_call(value: Any, where: str, arguments_key: str = "arguments") -> tu
     if not isinstance(arguments, dict):
         got = "missing" if arguments_key not in value else type(arguments).__name__
         return None, f"{where}: '{arguments_key}' must be a JSON object (got {got})"
+    broken = lone_surrogate({"name": name, arguments_key: arguments})
+    if broken is not None:
+        return None, f"{where}: {broken} holds a lone UTF-16 surrogate (no character)"
     return {"name": name, "arguments": arguments}, None
