@@ -37,6 +37,7 @@ demo: venv
 
 schema: venv
 	$(PY) -m world_format.schema > spec/world.schema.json
+	$(PY) -m blobkit.builder.agents spec/world-format.md
 
 openapi: venv
 	$(PY) -m blobkit.service.openapi > spec/service.openapi.json

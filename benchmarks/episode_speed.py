@@ -61,10 +61,12 @@ class PerTurn:
     """The per-turn path, counting the tokens it prefills and keeping every turn's ids."""
 
     def __init__(self, model: Any, tokenizer: Any, max_new_tokens: int) -> None:
+        from trainers.formats import format_of
         from trainers.generation import stop_ids
 
         self.model, self.tokenizer, self.max_new_tokens = model, tokenizer, max_new_tokens
-        self.end_ids, self.turns, self.prefilled = stop_ids(tokenizer), list[Any](), 0
+        self.tool_format = format_of(tokenizer)
+        self.end_ids, self.turns, self.prefilled = stop_ids(tokenizer, self.tool_format), list[Any](), 0
 
     def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
         from trainers.generation import decode, prompt_ids, turn_text
@@ -73,7 +75,7 @@ class PerTurn:
         self.prefilled += len(prompt)
         turn = decode(self.model, prompt, self.end_ids, max_new_tokens=self.max_new_tokens)
         self.turns.append(turn)
-        return turn_text(self.tokenizer, turn.new_ids)
+        return turn_text(self.tokenizer, turn.new_ids, self.tool_format)
 
 
 def measure(model: Any, tokenizer: Any, kit: Any, cases: list[Any], args: argparse.Namespace,

@@ -32,6 +32,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trainers.chat_format import assistant_message, parse_assistant_output  # noqa: E402
+from trainers.formats.hermes import HERMES  # noqa: E402
 from world_format.canonical import canonical_json  # noqa: E402
 
 SYSTEM = "You are the support agent of Northwind. Use the tools; answer briefly."
@@ -209,8 +210,8 @@ def run_episode(model: Any, tokenizer: Any, case: Case, tools: list[dict[str, An
     messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": case.user}]
     made: list[tuple[str, str]] = []
     for _ in range(max_turns):
-        text = generate_turn(model, tokenizer, messages, tools)
-        parsed = parse_assistant_output(text)
+        text = generate_turn(model, tokenizer, messages, tools, fmt=HERMES)
+        parsed = parse_assistant_output(text, HERMES)
         if parsed.parse_errors:
             return False
         if not parsed.tool_calls:

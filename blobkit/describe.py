@@ -8,12 +8,12 @@ from typing import Any
 
 from blobkit.adversaries import stored_pass_rates
 from blobkit.builder.coverage import coverage_lines
-from blobkit.builder.procedures import ProcedureChecker, declared
 from blobkit.wording import kit_lint
 from world_format.errors import WorldFormatError
 from world_format.family import fill, iter_family_rows
 from world_format.kit import KIT_FILE, Kit, open_kit
 from world_format.loader import LoadedWorld, load_world
+from world_format.procedure_check import declared, report_of
 
 
 def _is_kit(path: Path) -> bool:
@@ -120,7 +120,7 @@ def procedure_report(kit: Kit) -> dict[str, Any]:
     """Every training row of the kit held to its world's declared procedures (re-checked here, from the rows)."""
     runtime = kit.world().runtime()
     try:
-        return ProcedureChecker.of(runtime).report(kit.rows())
+        return report_of(runtime, kit.rows())
     finally:
         runtime.close()
 

@@ -13,11 +13,11 @@ from typing import Any
 
 from world_format.canonical import canonical_json
 from world_format.kit import Kit, KitCase
+from world_format.procedure_check import ProcedureChecker, report_of
 from world_format.runtime import WorldRuntime
 
 from .builder import replay_row
 from .builder.gate import gate_task, verdicts
-from .builder.procedures import ProcedureChecker
 
 Progress = Callable[[str, int, int], None]
 
@@ -85,7 +85,7 @@ def verify_kit(kit: Kit, progress: Progress | None = None) -> dict[str, Any]:
         train, held_out = kit.cases("train"), kit.cases("eval")
         mismatches += _check_case_probes(train + held_out, runtime, checker, progress)
         mismatches += _check_rows(kit, runtime, progress)
-        followed = checker.report(kit.rows())
+        followed = report_of(runtime, kit.rows())
         if followed["violating_rows"]:
             mismatches.append(f"{followed['violating_rows']} SFT rows break a declared procedure "
                               f"({followed['examples'][0]['kind']}: {followed['examples'][0]['detail']})")

@@ -133,3 +133,40 @@ def tiny_tokenizer(example_rows: dict[str, list[dict[str, Any]]]) -> Any:
     from trainers.tiny_model import build_tokenizer, row_texts
 
     return build_tokenizer(row_texts(example_rows["retail_desk"]), vocab_size=600)
+
+
+# ----------------------------------------------------- the second round of handed evidence (shared/cases/evidence2)
+
+
+def handed_evidence(name: str) -> Path | None:
+    """The folder of handed evidence ``name`` (``shared/cases/evidence2/NAME``) beside this checkout or above its
+    worktree, or None when it is not on this machine (a fresh clone: the tests that read it are skipped)."""
+    for root in (ROOT.parent, ROOT.parent.parent):
+        folder = root / "shared" / "cases" / "evidence2" / name
+        if folder.is_dir():
+            return folder
+    return None
+
+
+def score_trajectories(kit: Path, lines: list[dict[str, Any]], path: Path) -> dict[str, Any]:
+    """Write ``lines`` as a trajectories file at ``path`` and score them with ``blobkit eval --json --allow-partial``
+    (every case reported, whatever the pass rate; exit 1 below a pass rate of 1): {"summary", "cases", "exit_code"}."""
+    from typer.testing import CliRunner
+
+    from blobkit.cli import app
+    from world_format.canonical import jsonl_bytes
+
+    path.write_bytes(jsonl_bytes(lines))
+    result = CliRunner().invoke(app, ["eval", "--kit", str(kit), "--trajectories", str(path), "--json",
+                                      "--allow-partial"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    return {**json.loads(result.stdout), "exit_code": result.exit_code}
+
+
+def reference_lines(kit: Path, side: str = "eval") -> list[dict[str, Any]]:
+    """The reference agent's trajectories of one side of a kit (``blobkit adversary --agent reference``)."""
+    from blobkit.adversaries import trajectories
+    from world_format.kit import open_kit
+
+    with open_kit(kit) as opened:
+        return list(trajectories(opened, "reference", (side,)))

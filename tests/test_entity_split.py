@@ -10,12 +10,12 @@ import pytest
 from conftest import ROOT
 
 from blobkit.builder import BuildConfig, execute_build
-from blobkit.builder.entities import Entities, entity_id, owning_reference
 from blobkit.builder.leakage import identifying_text
 from blobkit.builder.mint import Instance, Minter
 from blobkit.builder.sides import Sides, side_of
 from trainers.evaluation import EpisodeResult, EvalSummary
 from trainers.intervals import wilson_interval
+from world_format.entities import Entities, entity_id, owning_reference
 from world_format.loader import load_world
 from world_format.models import Task
 from world_format.vcode import Verdict

@@ -22,6 +22,7 @@ pytest.importorskip("torch")
 
 from trainers.episode_decode import ModelTurns, common_prefix  # noqa: E402
 from trainers.evaluation import EpisodeResult, model_policy, run_episode, run_episodes  # noqa: E402
+from trainers.formats import format_of  # noqa: E402
 from trainers.generation import Decoded, decode, prompt_ids, stop_ids, turn_text  # noqa: E402
 from trainers.grpo import rollouts  # noqa: E402
 from trainers.tiny_model import TinyModelConfig, build_tiny_model, row_texts  # noqa: E402
@@ -68,12 +69,13 @@ class PerTurnReference:
 
     def __init__(self, model: Any, tokenizer: Any) -> None:
         self.model, self.tokenizer, self.turns = model, tokenizer, list[Decoded]()
+        self.tool_format = format_of(tokenizer)
 
     def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
-        turn = decode(self.model, prompt_ids(self.tokenizer, messages, tools), stop_ids(self.tokenizer),
-                      max_new_tokens=MAX_NEW_TOKENS)
+        turn = decode(self.model, prompt_ids(self.tokenizer, messages, tools),
+                      stop_ids(self.tokenizer, self.tool_format), max_new_tokens=MAX_NEW_TOKENS)
         self.turns.append(turn)
-        return turn_text(self.tokenizer, turn.new_ids)
+        return turn_text(self.tokenizer, turn.new_ids, self.tool_format)
 
 
 def _reference(trained: tuple[Any, Any], kit: Kit, cases: list[KitCase]) -> list[tuple[EpisodeResult, list[Decoded]]]:
@@ -170,8 +172,9 @@ def test_token_drift_cuts_the_cache_back_to_what_the_render_shares(trained: tupl
     assert first[0] != "Let me check." and shared < len(previous)
     assert policy.stats.drift_turns == 1 and policy.stats.drift_tokens == len(previous) - shared
     assert policy.decoded[0][1].prompt_ids == full
-    expected = decode(model, full, stop_ids(tokenizer), max_new_tokens=MAX_NEW_TOKENS)
-    assert policy.decoded[0][1].new_ids == expected.new_ids and second[0] == turn_text(tokenizer, expected.new_ids)
+    expected = decode(model, full, stop_ids(tokenizer, policy.tool_format), max_new_tokens=MAX_NEW_TOKENS)
+    assert policy.decoded[0][1].new_ids == expected.new_ids and \
+        second[0] == turn_text(tokenizer, expected.new_ids, policy.tool_format)
     policy.done()
 
 

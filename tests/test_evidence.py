@@ -258,9 +258,9 @@ def test_already_true_family_rows_are_left_out_at_every_seed_and_a_read_only_age
     with open_kit(Path(record["kit"]["path"])) as kit:
         family = next(t for t in kit.tasks() if t.family)
         cases = kit.cases("train") + kit.cases("eval")
-    assert family.cases_left_out and set(family.cases_left_out) <= {"read_only", "write_removal"}
+    assert family.cases_left_out and set(family.cases_left_out) <= {"read-only", "write_removal"}
     shipped = [c for c in cases if c.task_id == family.task_id]
-    assert shipped and all(c.probes["read_only"] == "fail" for c in shipped)
+    assert shipped and all(c.probes["read-only"] == "fail" for c in shipped)
     seed_status = {row[0]: row[1] for row in _case_world("07-vacuous-family-rows")["state"]["rows"]["orders"]}
     assert all(seed_status[c.anchor["key"]] != "shipped" for c in shipped)
 

@@ -22,6 +22,7 @@ from blobkit.errors import TrainerError  # noqa: E402
 from trainers.budget import Budget  # noqa: E402
 from trainers.config import TrainConfig  # noqa: E402
 from trainers.episode_decode import ModelTurns  # noqa: E402
+from trainers.formats import FORMATS  # noqa: E402
 from trainers.generation import Decoded  # noqa: E402
 from trainers.grpo import SerialPolicy, advantages, assert_same_tools, rl_cases, rollout  # noqa: E402
 from trainers.grpo_torch import policy_loss  # noqa: E402
@@ -47,6 +48,7 @@ class Scripted(SerialPolicy):
     def __init__(self, texts: list[str]) -> None:
         super().__init__()
         self.texts, self.written = texts, 0
+        self.tool_format = FORMATS["hermes"]
 
     def turn(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> tuple[str, Decoded]:
         text = self.texts[self.written] if self.written < len(self.texts) else "I don't know."

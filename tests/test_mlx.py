@@ -329,6 +329,7 @@ def test_mlx_decoding_returns_the_token_ids_torch_decodes_greedily(tiny_dir: Pat
                                                                    tmp_path: Path) -> None:
     import mlx.core as mx
 
+    from trainers.formats.hermes import HERMES
     from trainers.generation import decode, stop_ids
     from trainers.grpo import PolicySource
     from trainers.grpo_mlx import load_mlx_policy, mlx_decode
@@ -339,8 +340,8 @@ def test_mlx_decoding_returns_the_token_ids_torch_decodes_greedily(tiny_dir: Pat
     config = TrainConfig(lora_rank=RANK)
     torch_model, tokenizer = load_torch_policy(source, config)
     prompt = sample_ids[:40]
-    expected = decode(torch_model, prompt, stop_ids(tokenizer), max_new_tokens=24)
-    got, _ = mlx_decode(load_mlx_policy(source, config)[0], prompt, stop_ids(tokenizer), max_new_tokens=24,
+    expected = decode(torch_model, prompt, stop_ids(tokenizer, HERMES), max_new_tokens=24)
+    got, _ = mlx_decode(load_mlx_policy(source, config)[0], prompt, stop_ids(tokenizer, HERMES), max_new_tokens=24,
                         temperature=0.0, key=mx.random.key(0))
     assert got == expected and len(got.new_ids) > 0
 

@@ -14,11 +14,11 @@ from typer.testing import CliRunner
 from worlds import small_world
 
 from blobkit.builder import BuildConfig, build_kit
-from blobkit.builder.procedures import Event, ProcedureChecker, message_events
 from blobkit.cli import app
 from world_format.errors import WorldFormatError
 from world_format.kit import open_kit
 from world_format.loader import load_world
+from world_format.procedure_check import Event, ProcedureChecker, message_events
 
 SMALL = BuildConfig(train_cases_per_task=4, eval_cases_per_task=2)
 EXAMPLE_WORLDS = ["retail_desk", "it_helpdesk", "airline_desk"]
@@ -68,13 +68,13 @@ def test_a_refusal_reads_the_row_and_explains_without_calling_the_write(procedur
 def test_the_policy_skip_probes_fail_every_admitted_case(procedural_kit: dict[str, Any]) -> None:
     with open_kit(Path(procedural_kit["kit"]["path"])) as kit:
         cases = kit.cases("train") + kit.cases("eval")
-    skip = [case.probes["skip_identify"] for case in cases if case.probes["skip_identify"] != "n/a"]
-    forbidden = [case.probes["forbidden_write"] for case in cases if case.probes["forbidden_write"] != "n/a"]
+    skip = [case.probes["unidentified"] for case in cases if case.probes["unidentified"] != "n/a"]
+    forbidden = [case.probes["forbidden-write"] for case in cases if case.probes["forbidden-write"] != "n/a"]
     assert len(skip) == len(cases) - sum(case.task.template == "authored" for case in cases)
     assert forbidden and set(skip) == set(forbidden) == {"fail"}
 
 
-def test_a_family_whose_verifier_ignores_identification_is_left_out(tmp_path: Path) -> None:
+def test_a_family_whose_verifier_ignores_identification_is_still_held_to_it(tmp_path: Path) -> None:
     world = procedural_world()
     world["tasks"] = [{
         "family": {"query": "SELECT o.id AS order_id, c.email FROM orders o JOIN customers c ON c.id = o.customer_id "
@@ -89,8 +89,12 @@ def test_a_family_whose_verifier_ignores_identification_is_left_out(tmp_path: Pa
                              {"kind": "unchanged_except"}]}}]
     record = build_kit(write_world(tmp_path / "w", world), tmp_path / "out", SMALL)
     with open_kit(Path(record["kit"]["path"])) as kit:
-        rejected = [r for r in kit.tasks(admitted=False) if r.template == "authored"]
-    assert rejected and rejected[0].cases_left_out.get("skip_identify", 0) > 0
+        family = next(r for r in kit.tasks() if r.template == "authored")
+        cases = [c for c in kit.cases("train") + kit.cases("eval") if c.task_id == family.task_id]
+    # its VCode would pass the chain without the identification; the procedure check every verdict runs fails it
+    assert cases and {c.probes["unidentified"] for c in cases} == {"fail"}
+    assert family.probe_matrix is not None
+    assert family.probe_matrix["unidentified"]["reason"].startswith("procedure: unidentified: get_order names orders")
 
 
 def test_a_family_whose_chain_reads_before_identifying_breaks_the_procedure(tmp_path: Path) -> None:
@@ -138,9 +142,15 @@ def test_the_checker_finds_an_unconfirmed_write_and_an_attempted_refused_write(c
     me = _identified(1, "ana1@example.com")
     tier = Event("call", "set_tier", {"customer_id": 1, "tier": "gold"}, {"affected": 1})
     assert [kind for kind, _ in checker.violations([me, tier])] == ["unconfirmed_write"]
-    assert checker.violations([me, Event("ask"), Event("reply"), tier]) == []
-    assert [kind for kind, _ in checker.violations([me, Event("ask"), Event("reply"), tier, tier])] == [
+    asked = Event("ask", text="Shall I change your tier to gold?")
+    assert checker.violations([me, asked, Event("reply"), tier]) == []
+    assert [kind for kind, _ in checker.violations([me, asked, Event("reply"), tier, tier])] == [
         "unconfirmed_write"]  # each confirmed write needs its own yes
+    assert [kind for kind, _ in checker.violations([me, asked, Event("reply", accepted=False), tier])] == [
+        "unconfirmed_write"]  # the customer said the question was unclear
+    vague = Event("ask", text="Shall I go ahead?")
+    assert [kind for kind, _ in checker.violations([me, vague, Event("reply"), tier])] == [
+        "confirmation_incomplete"]  # a yes to a question that never said what would change
     refused = Event("call", "cancel_order", {"order_id": 100}, {"error": "only pending orders can be cancelled"},
                     error=True)
     assert [kind for kind, _ in checker.violations([me, refused])] == ["refused_write_attempted"]
@@ -154,7 +164,7 @@ def test_the_checker_reads_the_row_format(checker: ProcedureChecker) -> None:
                 {"role": "tool", "tool_call_id": "call_0", "name": "get_order", "content": "{\"id\": 100}"},
                 {"role": "assistant", "content": "Shall I?"}, {"role": "user", "content": "yes"}]
     events = message_events(messages)
-    assert [event.kind for event in events] == ["call", "ask", "reply"]
+    assert [event.kind for event in events] == ["request", "call", "ask", "reply"]
     report = checker.report([{"messages": messages, "metadata": {"case_id": "c-1"}}])
     assert report["violating_rows"] == 1 and report["violations"] == {"unidentified": 1}
     assert report["examples"][0]["case_id"] == "c-1"
@@ -172,7 +182,7 @@ def test_every_example_kit_follows_its_procedures_and_fails_every_policy_skip_pr
         finally:
             runtime.close()
     assert report["declared"] and report["rows"] == record["sft_rows"] and report["violating_rows"] == 0
-    for probe in ("skip_identify", "forbidden_write"):
+    for probe in ("unidentified", "forbidden-write"):
         outcomes = [case.probes[probe] for case in cases if case.probes[probe] != "n/a"]
         assert outcomes and set(outcomes) == {"fail"}, probe
     if name == "airline_desk":
@@ -212,4 +222,4 @@ def test_a_write_made_before_the_identification_fails_its_verifier(procedural_ki
             backwards = run_attempt(runtime, case.task, Attempt(tuple(reversed(calls)), case.task.answer))
         finally:
             runtime.close()
-    assert backwards.verdict.outcome == "fail" and "order" in backwards.verdict.reason
+    assert backwards.verdict.outcome == "fail" and "procedure: unidentified" in backwards.verdict.reason

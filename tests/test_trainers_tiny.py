@@ -21,6 +21,7 @@ pytest.importorskip("trl")
 from blobkit.errors import ConfigError  # noqa: E402
 from trainers.chat_format import assistant_message, parse_assistant_output, render_prompt  # noqa: E402
 from trainers.config import TrainConfig  # noqa: E402
+from trainers.formats.hermes import HERMES  # noqa: E402
 from trainers.tiny_model import TinyModelConfig, build_tiny_model, row_texts  # noqa: E402
 from world_format.canonical import canonical_json  # noqa: E402
 
@@ -166,12 +167,12 @@ def test_parse_assistant_output_round_trips_a_rendered_tool_call(tokenizer: Any)
     full = tokenizer.apply_chat_template(row["messages"][:3], tools=row["tools"], tokenize=False)
     prompt = render_prompt(tokenizer, row["messages"][:2], row["tools"])
     completion = full[len(prompt):]
-    parsed = parse_assistant_output(completion)
+    parsed = parse_assistant_output(completion, HERMES)
     assert parsed.parse_errors == []
     assert parsed.tool_calls == [{"name": "get_order", "arguments": {"order_id": 1042}}]
     assert parsed.content == ""
     assert assistant_message(parsed) == row["messages"][2]
-    final = parse_assistant_output("Order 1042 is shipped.<|im_end|>")
+    final = parse_assistant_output("Order 1042 is shipped.<|im_end|>", HERMES)
     assert final.is_final and final.content == "Order 1042 is shipped."
     assert assistant_message(final) == {"role": "assistant", "content": "Order 1042 is shipped."}
 
@@ -184,7 +185,7 @@ def test_malformed_tool_calls_are_reported_as_parse_errors_not_raised() -> None:
         "\n<tool_call>\n{\"name\": \"get_order\", \"arguments\": {\"order_id\": 7}}\n</tool_call>"
         "\n<tool_call>\n{\"name\": \"cut"
     )
-    parsed = parse_assistant_output(text)
+    parsed = parse_assistant_output(text, HERMES)
     assert parsed.tool_calls == [{"name": "get_order", "arguments": {"order_id": 7}}]
     assert len(parsed.parse_errors) == 4
     assert "invalid JSON" in parsed.parse_errors[0]
@@ -283,7 +284,7 @@ def test_full_weight_training_learns_tool_calls_for_unseen_ids(tmp_path: Path) -
     correct = 0
     for order_id in test_ids:
         messages = lookup_row(order_id)["messages"][:2]
-        parsed = parse_assistant_output(generate_turn(model, tokenizer, messages, [GET_ORDER]))
+        parsed = parse_assistant_output(generate_turn(model, tokenizer, messages, [GET_ORDER], fmt=HERMES), HERMES)
         correct += parsed.tool_calls == [{"name": "get_order", "arguments": {"order_id": order_id}}]
     assert correct >= 8
 

@@ -145,8 +145,9 @@ def test_answer_checks(small_world_file: Path, mode: str, value: object, answer:
                                 "reference": [{"tool": "get_order", "arguments": {"order_id": 100}}],
                                 "vcode": {"checks": [check]}})
     with runtime.episode() as episode:
-        episode.call("list_orders", {"customer_id": 12})  # the agent worked with customer 12, so may name it
-        assert evaluate(task.vcode, episode, answer).outcome == expected
+        episode.call("list_orders", {"customer_id": 12})
+        # the right answer names customer 12, so an answer may too (a number the agent passed to a tool excuses nothing)
+        assert evaluate(task.vcode, episode, answer, "Customer 12 has 3 orders.").outcome == expected
 
 
 def test_normalize_text_keeps_emails_and_decimals() -> None:

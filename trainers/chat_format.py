@@ -1,9 +1,9 @@
 """Rendering prompts and parsing assistant turns; the format-aware versions live in :mod:`trainers.formats`.
 
-These entry points keep their behaviour before formats existed when given no format: prompts come
-from the tokenizer's own chat template, and turns are parsed as Hermes ``<tool_call>`` JSON blocks
-(blobkit's and Qwen2.5's format). Pass ``fmt`` (a :class:`trainers.formats.ToolFormat`) to parse
-another family's calls. :func:`parse_assistant_output` never raises on model output: each malformed
+Prompts come from the tokenizer's own chat template unless a format is given; a turn is parsed in the format
+it was written in (``fmt``, a :class:`trainers.formats.ToolFormat`), which every caller must name: there is no
+default, since parsing a Llama 3 or LFM2 model's calls as Hermes blocks would score it 0 without a word.
+:func:`parse_assistant_output` never raises on model output: each malformed
 block becomes one entry of ``parse_errors`` and the well-formed calls are still returned.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .formats import DEFAULT_FORMAT, ParsedTurn, ToolFormat, assistant_message
+from .formats import ParsedTurn, ToolFormat, assistant_message
 from .formats.hermes import END_TOKENS, TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 
 __all__ = ["END_TOKENS", "TOOL_CALL_CLOSE", "TOOL_CALL_OPEN", "ParsedTurn", "assistant_message",
@@ -29,7 +29,6 @@ def render_prompt(tokenizer: Any, messages: list[dict[str, Any]], tools: list[di
                                          **({"chat_template": fmt.template} if fmt is not None else {}))
 
 
-def parse_assistant_output(text: str, fmt: ToolFormat | None = None) -> ParsedTurn:
-    """Split generated text into tool calls, free-text content and per-block parse errors (``fmt``'s syntax;
-    default Hermes ``<tool_call>`` blocks)."""
-    return (fmt or DEFAULT_FORMAT).parse(text)
+def parse_assistant_output(text: str, fmt: ToolFormat) -> ParsedTurn:
+    """Split generated text into tool calls, free-text content and per-block parse errors, in ``fmt``'s syntax."""
+    return fmt.parse(text)

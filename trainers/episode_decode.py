@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .formats import ToolFormat
+from .formats import ToolFormat, format_of
 from .generation import Decoded, cache_argument, decode, is_small_model, prompt_ids, stop_ids, turn_text
 from .turns import TurnRequest
 
@@ -175,9 +175,10 @@ class ModelTurns:
                  generator: Any = None, slots: int = DEFAULT_SLOTS, tool_format: ToolFormat | None = None) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.max_new_tokens, self.temperature, self.generator = max_new_tokens, temperature, generator
-        self.tool_format = tool_format
-        """The format turns are written and parsed in (its end tokens; None: Hermes, :func:`policy_format`)."""
-        self.end_ids = stop_ids(tokenizer, tool_format)
+        self.tool_format: ToolFormat = tool_format or format_of(tokenizer)
+        """The format turns are written and parsed in (given, else the one the tokenizer's chat template belongs to,
+        :func:`trainers.formats.format_of`, which refuses a template of no known format)."""
+        self.end_ids = stop_ids(tokenizer, self.tool_format)
         self.cache_argument = cache_argument(model)
         self.cacheable = _plain_layers(model)
         self.batched = self.cacheable and _inner(model).config._attn_implementation == "sdpa"

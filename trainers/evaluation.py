@@ -1,12 +1,13 @@
 """Episodes and evaluation: the model calls tools, the world executes them, VCode judges.
 
 One episode (:func:`run_episode`) runs a case on an isolated copy of the seed: the model writes
-an assistant turn; its tool calls are parsed, validated against the declared schemas and executed,
-and each observation comes back as a ``tool`` message answering its call id; a turn without a
-tool call is answered by the case's next scripted customer turn (a multi-turn task: the "yes" to a
-confirmation), and once the script is used up it is the final answer; the turn cap ends the episode
-otherwise. The case's verifier then
-judges the trace, the final state and the answer. Held-out evaluation, GRPO rollouts (a rollout is
+an assistant turn; its tool calls are parsed (in the policy's tool format, never a default one), validated
+against the declared schemas and executed, and each observation comes back as a ``tool`` message answering
+its call id; a turn without a tool call goes to the scripted customer (:mod:`world_format.customer`: the "yes"
+to a confirmation comes only to a question about the write), and once the script is used up it is the final
+answer; the turn cap ends the episode otherwise. The verdict (:func:`world_format.judge.judge`: the case's
+VCode, then the world's procedures over everything the agent did) judges the trace, the final state and the
+answer. Held-out evaluation, GRPO rollouts (a rollout is
 an episode sampled from the policy) and ``blobkit replay`` all run this same loop
 (:func:`run_episodes`), which keeps up to ``policy.slots`` episodes in progress, each on its own
 fork of the runtime, and asks the policy for the next turn of all of them at once
@@ -23,14 +24,17 @@ from typing import Any, Literal
 
 from world_format.canonical import canonical_json
 from world_format.conversation import Conversation, prompt_messages
+from world_format.customer import Customer
+from world_format.judge import judge
 from world_format.kit import KitCase
 from world_format.models import Task, World
 from world_format.runtime import ToolEvent, WorldRuntime
-from world_format.vcode import Verdict, evaluate
+from world_format.vcode import Verdict
 
 from .chat_format import parse_assistant_output
 from .episode_decode import DEFAULT_SLOTS, ModelTurns
-from .formats import ToolFormat, format_of
+from .errors import ToolFormatError
+from .formats import FORMATS, ToolFormat, format_of
 from .generation import generate_turn
 from .intervals import rate_record
 from .messages import assistant_text, file_call, raw_calls
@@ -95,29 +99,33 @@ def case_entity(case: KitCase) -> str:
     return case.entity or f"{case.anchor.get('table')}:{canonical_json(case.anchor.get('key'))}"
 
 
-def policy_format(policy: Any) -> ToolFormat | None:
+def policy_format(policy: Any) -> ToolFormat:
     """The tool format a policy's turns are parsed in: its ``tool_format`` attribute (the model policies and
-    samplers set it from their tokenizer, :func:`trainers.formats.format_of`), else None (Hermes ``<tool_call>``
-    blocks, the format before formats existed)."""
+    samplers set it from their tokenizer, :func:`trainers.formats.format_of`; wrap a plain function in
+    :class:`trainers.turns.PerTurn` with one). ToolFormatError when it has none: parsing a model's calls in a
+    format it does not write would score it 0 without a word."""
     fmt = getattr(policy, "tool_format", None)
-    return fmt if isinstance(fmt, ToolFormat) else None
+    if not isinstance(fmt, ToolFormat):
+        raise ToolFormatError(f"the policy {type(policy).__name__} carries no tool format: give it the format its "
+                              f"turns are written in ({', '.join(FORMATS)}), e.g. PerTurn(generate, "
+                              "get_format('hermes'))")
+    return fmt
 
 
 class _Run:
     """One episode in progress: its conversation, its isolated state, and what the model did so far."""
 
-    def __init__(self, key: int, case: KitCase, runtime: WorldRuntime, max_turns: int,
-                 fmt: ToolFormat | None) -> None:
+    def __init__(self, key: int, case: KitCase, runtime: WorldRuntime, max_turns: int, fmt: ToolFormat) -> None:
         if case.prompt is None:
             raise ValueError(f"case {case.case_id} has no prompt (only held-out and RL cases carry one)")
         self.key, self.case, self.runtime, self.max_turns, self.fmt = key, case, runtime, max_turns, fmt
         self.conversation = Conversation.resume(case.prompt.messages)
         self.tools = case.prompt.tools
-        self.scripted = list(case.task.turns)
         self.parse_failures, self.turns = 0, 0
         self.answer: str | None = None
         self.stack = ExitStack()
         self.episode = self.stack.enter_context(runtime.episode())
+        self.customer = Customer(self.episode, case.task.turns)
 
     def request(self) -> TurnRequest:
         """What the policy is asked for this turn."""
@@ -132,12 +140,14 @@ class _Run:
             conversation.unparsed(parsed.content, parsed.parse_errors)
         elif not parsed.tool_calls:
             conversation.answer(parsed.content)
-            if not self.scripted:
+            reply = self.customer.reply(parsed.content)  # the agent asked: the scripted customer answers
+            if reply is None:
                 self.answer = parsed.content
                 return True
-            conversation.user(self.scripted.pop(0).user)  # the agent asked: the customer's next scripted turn
-            self.episode.deliver_turn()
+            conversation.user(reply)
         else:
+            if parsed.content:
+                self.episode.say(parsed.content, "remark")
             calls = [(call["name"], call["arguments"]) for call in parsed.tool_calls]
             for ident, (name, arguments) in zip(conversation.tool_calls(calls, parsed.content), calls, strict=True):
                 conversation.observation(ident, name, self.episode.call(name, arguments).observation)
@@ -146,7 +156,7 @@ class _Run:
     def finish(self) -> EpisodeResult:
         """The verifier's verdict on the episode; its changes to the state are rolled back."""
         with self.stack:
-            verdict = evaluate(self.case.task.vcode, self.episode, self.answer, self.case.task.answer)
+            verdict = judge(self.case.task, self.episode, self.answer)
             trace = tuple(self.episode.trace)
         case = self.case
         return EpisodeResult(case.case_id, case.template, case_kind(case.task, self.runtime.world), verdict,
@@ -215,17 +225,18 @@ def replay_trajectory(runtime: WorldRuntime, case: KitCase, messages: Sequence[d
 
     Only the assistant messages are read: each turn's ``tool_calls`` run in order (the world's real
     observations are fed back; any ``tool`` and ``user`` messages in ``messages`` are ignored); a turn
-    without a tool call is answered by the case's next scripted customer turn, and once the script is
-    used up, it is the final answer. Messages are read in every shape a client sends (content parts, OpenAI's
-    JSON-string arguments, :mod:`trainers.messages`); a call or a content that cannot be read counts as a
-    parse failure and returns an error observation, as a malformed call from a model would.
+    without a tool call goes to the scripted customer (:mod:`world_format.customer`), and once the script
+    is used up, it is the final answer; the verdict is :func:`world_format.judge.judge`'s. Messages are read in
+    every shape a client sends (content parts, OpenAI's JSON-string arguments, :mod:`trainers.messages`); a call
+    or a content that cannot be read counts as a parse failure and returns an error observation, as a malformed
+    call from a model would.
     """
     prompt, _ = case_prompt(case, runtime.world)
     conversation = Conversation.resume(prompt)
     turns = [m for m in messages if isinstance(m, dict) and m.get("role") == "assistant"][: max_turns]
-    scripted = list(case.task.turns)
     parse_failures, answer, used = 0, None, 0
     with runtime.episode() as episode:
+        customer = Customer(episode, case.task.turns)
         for message in turns:
             used += 1
             raw = raw_calls(message)
@@ -236,12 +247,14 @@ def replay_trajectory(runtime: WorldRuntime, case: KitCase, messages: Sequence[d
                 continue
             if not raw:
                 conversation.answer(content)
-                if scripted:  # an assistant turn without calls asks; the kit's script gives the customer's reply
-                    conversation.user(scripted.pop(0).user)
-                    episode.deliver_turn()
+                reply = customer.reply(content)  # a turn without calls asks; the scripted customer answers
+                if reply is not None:
+                    conversation.user(reply)
                     continue
                 answer = content
                 break
+            if content:
+                episode.say(content, "remark")
             read = [file_call(call) for call in raw] if isinstance(raw, list) else [raw]
             errors = [r for r in read if isinstance(r, str)]
             if errors:
@@ -251,7 +264,7 @@ def replay_trajectory(runtime: WorldRuntime, case: KitCase, messages: Sequence[d
             calls = [r for r in read if not isinstance(r, str)]
             for ident, (name, arguments) in zip(conversation.tool_calls(calls, content), calls, strict=True):
                 conversation.observation(ident, name, episode.call(name, arguments).observation)
-        verdict = evaluate(case.task.vcode, episode, answer, case.task.answer)
+        verdict = judge(case.task, episode, answer)
         trace = tuple(episode.trace)
     return EpisodeResult(case.case_id, case.template, case_kind(case.task, runtime.world), verdict, answer, used,
                          parse_failures, trace, tuple(conversation.messages), case_entity(case))
@@ -264,7 +277,7 @@ class GreedyPolicy:
     model: Any
     tokenizer: Any
     max_new_tokens: int
-    tool_format: ToolFormat | None = None
+    tool_format: ToolFormat
 
     def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
         return generate_turn(self.model, self.tokenizer, messages, tools, max_new_tokens=self.max_new_tokens,

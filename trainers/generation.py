@@ -12,14 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from .chat_format import render_prompt
-from .formats import DEFAULT_FORMAT, ToolFormat
+from .formats import ToolFormat
 
 
-def stop_ids(tokenizer: Any, fmt: ToolFormat | None = None) -> list[int]:
-    """Token ids that end an assistant turn: the format's end tokens (default ``<|im_end|>``, ``<|endoftext|>``)
-    that the tokenizer holds, and its eos."""
+def stop_ids(tokenizer: Any, fmt: ToolFormat) -> list[int]:
+    """Token ids that end an assistant turn: the format's end tokens that the tokenizer holds, and its eos."""
     ids: list[int] = []
-    for token in (fmt or DEFAULT_FORMAT).end_tokens:
+    for token in fmt.end_tokens:
         token_id = tokenizer.convert_tokens_to_ids(token)
         if isinstance(token_id, int) and token_id != tokenizer.unk_token_id and token_id not in ids:
             ids.append(token_id)
@@ -101,10 +100,10 @@ def decode(model: Any, prompt_ids: list[int], end_ids: list[int], *, max_new_tok
     return Decoded(prompt_ids=list(prompt_ids), new_ids=new_ids, finished=finished)
 
 
-def turn_text(tokenizer: Any, new_ids: list[int], fmt: ToolFormat | None = None) -> str:
+def turn_text(tokenizer: Any, new_ids: list[int], fmt: ToolFormat) -> str:
     """The decoded text of a turn, keeping added tokens, cut at the first of the format's end tokens."""
     text = tokenizer.decode(new_ids, skip_special_tokens=False)
-    cut = min((i for i in (text.find(t) for t in (fmt or DEFAULT_FORMAT).end_tokens) if i >= 0), default=len(text))
+    cut = min((i for i in (text.find(t) for t in fmt.end_tokens) if i >= 0), default=len(text))
     return str(text[:cut])
 
 
@@ -121,13 +120,13 @@ def generate_turn(
     tools: list[dict[str, Any]],
     *,
     max_new_tokens: int = 160,
-    fmt: ToolFormat | None = None,
+    fmt: ToolFormat,
 ) -> str:
     """Greedily decode one assistant turn after ``messages``; return its text without the end token.
 
     Decoding keeps special and added tokens (so ``<tool_call>`` tags survive) and cuts the text at
-    the first end token (``fmt``'s; default ``<|im_end|>`` / ``<|endoftext|>``). The prompt is the
-    tokenizer's own chat template (the format's, once :func:`trainers.formats.apply_tool_format` set it).
+    the first of ``fmt``'s end tokens (there is no default format: a turn is written in the policy's). The prompt
+    is the tokenizer's own chat template (the format's, once :func:`trainers.formats.apply_tool_format` set it).
     """
     decoded = decode(model, prompt_ids(tokenizer, messages, tools), stop_ids(tokenizer, fmt),
                      max_new_tokens=max_new_tokens)

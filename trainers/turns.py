@@ -59,12 +59,16 @@ class TurnPolicy(Protocol):
 
 
 class PerTurn:
-    """A one-turn function as a :class:`TurnPolicy`: one episode at a time, nothing kept between turns."""
+    """A one-turn function as a :class:`TurnPolicy`: one episode at a time, nothing kept between turns.
+
+    ``tool_format`` is the format the function writes its calls in (a :class:`trainers.formats.ToolFormat`); the
+    episode loop refuses a policy without one rather than guess."""
 
     slots = 1
 
-    def __init__(self, generate: Generate) -> None:
+    def __init__(self, generate: Generate, tool_format: Any = None) -> None:
         self.generate = generate
+        self.tool_format = tool_format if tool_format is not None else getattr(generate, "tool_format", None)
 
     def begin(self) -> None:
         """Nothing to reset."""

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from world_format.canonical import canonical_json, sha256_hex
 from world_format.control import escape_json_text
+from world_format.customer import Customer
 from world_format.errors import ReplayError
 from world_format.models import ArgRef, Step, Task, UserTurn
 from world_format.runtime import Episode, ToolEvent
@@ -79,13 +80,20 @@ def interleaved(calls: int, turns_at: Sequence[int]) -> Iterator[tuple[Literal["
 
 
 def run_chain(episode: Episode, steps: Sequence[Step], turns: Sequence[UserTurn] = ()) -> ChainRun:
-    """Execute steps in order, delivering each scripted user turn before step ``after_step`` (the rest at the
-    end); ``clean`` is false when a step errs unexpectedly (or fails to err)."""
+    """Execute steps in order, asking each scripted turn's question (its ``assistant`` wording) before step
+    ``after_step`` (the rest at the end) of the scripted customer (:mod:`world_format.customer`); ``clean`` is
+    false when a step errs unexpectedly (or fails to err) or the customer does not take a question as the one its
+    reply answers."""
     observations: list[Any] = []
     problem = ""
+    customer = Customer(episode, turns)
     for kind, index in interleaved(len(steps), [turn.after_step for turn in turns]):
         if kind == "turn":
-            episode.deliver_turn()
+            customer.reply(turns[index].assistant)
+            said = episode.said[-1]
+            if not said.accepted and not problem:
+                problem = f"turn {index}: the customer does not take the question as a request to confirm: " \
+                          f"{said.problem}"
             continue
         step = steps[index]
         try:

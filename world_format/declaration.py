@@ -16,6 +16,7 @@ from typing import Any
 
 from world_format.errors import WorldFormatError
 
+from .confirmation import check_confirmations
 from .control import control_strings_in
 from .models import World
 from .procedures import check_procedures
@@ -182,4 +183,5 @@ def check_declaration(world: World, source: str) -> None:
     _check_anchors(world, source)
     _check_foreign_keys(world, source)
     check_procedures(world, source)
+    check_confirmations(world, source)
     _check_text(world, source)

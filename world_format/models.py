@@ -253,6 +253,16 @@ class Exclusion(StrictModel):
     """How a minted answer says what it leaves out, e.g. "not counting cancelled orders"."""
 
 
+class Confirmation(StrictModel):
+    """What the agent's question before a write the customer must confirm states, besides naming the action and
+    the row (spec/world-format.md, *Confirmations*)."""
+
+    states: tuple[str, ...] | None = None
+    """Each a parameter of the write (its value as the customer reads it: each element of a list, money with its
+    symbol at its places) or "table.column" of the row the write's key arguments name (its value before the write,
+    quoted by the column's label and money format, e.g. "orders.total"). Null: every parameter of the write."""
+
+
 class Tool(StrictModel):
     """A tool the agent may call, implemented declaratively in SQL."""
 
@@ -274,9 +284,10 @@ class Tool(StrictModel):
     """Shape of the observation."""
     anchors: dict[Identifier, str] = Field(default_factory=dict)
     """Which anchor column each parameter identifies, as "table.column" (used by task minting)."""
-    confirm: bool = False
+    confirm: bool | Confirmation = False
     """Write tools: policy asks for the customer's explicit confirmation before the call (minted chains ask and
-    wait for the "yes"; their verifiers require the write to come after it)."""
+    wait for the "yes"; their verifiers require the write to come after it). true, or what the question states
+    (a Confirmation; true: every parameter of the write)."""
     result_noun: str | None = Field(default=None, max_length=60)
     """Plural noun for what a rows-shaped result lists, e.g. "orders" (used in minted wording)."""
     action: str | None = Field(default=None, max_length=60)
@@ -510,6 +521,16 @@ else:
 """A reference argument: a literal, a value threaded from an earlier step, or a list or object of them."""
 
 
+class ConfirmedWrite(StrictModel):
+    """The write a scripted "yes" agrees to, and what the agent's question must state for the customer to give it."""
+
+    tool: Identifier
+    """The write tool (one the world declares with ``confirm``)."""
+    states: tuple[str, ...] = Field(default=(), max_length=256)
+    """Texts the question must state, as the world quotes them: the row's key, the write's arguments, looked-up
+    values ("KXTRAB", "$1234.00"); a number is stated when the question states the same number."""
+
+
 class UserTurn(StrictModel):
     """A scripted turn of the customer, in the middle of a task: the agent asks, the customer replies."""
 
@@ -519,6 +540,10 @@ class UserTurn(StrictModel):
     """What the agent says to ask (a reference conversation's words; an agent may word it its own way)."""
     user: str = Field(min_length=1, max_length=2000)
     """The customer's reply, fed to the agent when it ends a turn without a tool call."""
+    confirms: ConfirmedWrite | None = None
+    """The write this reply agrees to: the customer gives ``user`` only to a turn that asks to confirm it (names its
+    action and states every text of ``states``), and the world's ``unclear_reply`` to any other turn. Minted
+    confirmations carry it; the builder fills it in for an authored turn before a ``confirm`` write."""
 
 
 class Step(StrictModel):
@@ -589,6 +614,10 @@ class Procedures(StrictModel):
     check_before_write: bool = False
     """Whether a write is attempted only when its preconditions hold: where one does not, the agent reads the
     row, does not call the write, and explains in its own words (the precondition's ``explanation``)."""
+    unclear_reply: str = Field(default="Sorry, I'm not sure what you are asking me to agree to. What exactly will "
+                                       "you change?", min_length=1, max_length=500)
+    """What the customer says to a turn that was to ask for their confirmation but does not (an empty turn, a
+    statement, a question about another action or row): their "yes" waits for a question about the write."""
 
     @property
     def declared(self) -> bool:

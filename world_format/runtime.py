@@ -13,7 +13,7 @@ import sqlite3
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from world_format.canonical import canonical_json
 from world_format.errors import ToolCallError, WorldFormatError
@@ -114,6 +114,25 @@ class ToolEvent:
 
 
 @dataclass(frozen=True)
+class Said:
+    """Something the agent told the customer in an episode, besides its final answer."""
+
+    position: int
+    """How many calls the trace held when it was said."""
+    text: str
+    """What the agent wrote."""
+    kind: Literal["ask", "remark"]
+    """ask: a turn without tool calls that the customer answered; remark: text beside tool calls."""
+    accepted: bool = True
+    """ask: whether the customer took it as the question their scripted reply answers (else they replied that
+    the question was unclear)."""
+    problem: str = ""
+    """ask, not accepted: why the question was not what the customer's reply answers."""
+    reply: str = ""
+    """ask: what the customer replied."""
+
+
+@dataclass(frozen=True)
 class FieldValues:
     """The values a column holds, as answer text: for finding which of them an answer states."""
 
@@ -158,7 +177,7 @@ class WorldRuntime:
     """Executes tools of one world against isolated episodes of its seed state."""
 
     def __init__(self, world: World, seed: bytes, *, timeout_s: float = 2.0,
-                 digests: DigestCache | None = None) -> None:
+                 digests: DigestCache | None = None, memo: dict[str, Any] | None = None) -> None:
         self.world = world
         self.tables = {table.name: table for table in world.state.tables}
         self.conn = open_memory_copy(seed)
@@ -171,6 +190,9 @@ class WorldRuntime:
         json_columns = frozenset(c.name for table in world.state.tables for c in table.columns if c.json_data)
         self.tools: dict[str, CompiledTool] = {tool.name: compile_tool(tool, json_columns) for tool in world.tools}
         self.digests = DigestCache() if digests is None else digests
+        self.memo: dict[str, Any] = {} if memo is None else memo
+        """Objects derived from the world and its seed alone (entity roots, the procedure checker), computed once
+        by whichever module needs them and shared with every fork: they must hold no connection."""
         self._in_episode = False
         self._fields: dict[tuple[str, str], FieldValues] = {}
 
@@ -229,7 +251,7 @@ class WorldRuntime:
         each take a fork.
         """
         return WorldRuntime(self.world, self.pristine.serialize(), timeout_s=self.guard.timeout_s,
-                            digests=self.digests)
+                            digests=self.digests, memo=self.memo)
 
     def close(self) -> None:
         """Close both connections."""
@@ -245,11 +267,18 @@ class Episode:
     trace: list[ToolEvent] = field(default_factory=list)
     turns: list[int] = field(default_factory=list)
     """For each scripted user turn delivered so far, how many calls the trace held when it came."""
+    said: list[Said] = field(default_factory=list)
+    """What the agent told the customer so far besides its final answer, in order (:class:`Said`)."""
 
     def deliver_turn(self) -> int:
         """Record that the next scripted user turn reached the agent now; return its index."""
         self.turns.append(len(self.trace))
         return len(self.turns) - 1
+
+    def say(self, text: str, kind: Literal["ask", "remark"], accepted: bool = True, problem: str = "",
+            reply: str = "") -> None:
+        """Record what the agent told the customer (a question the customer answered, or text beside calls)."""
+        self.said.append(Said(len(self.trace), text, kind, accepted, problem, reply))
 
     def call(self, tool: str, arguments: Any) -> ToolEvent:
         """Execute one tool call; errors become error observations, never exceptions."""

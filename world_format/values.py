@@ -30,6 +30,9 @@ Rounding = Literal["half_even", "half_up"]
 _ROUNDING = {"half_even": ROUND_HALF_EVEN, "half_up": ROUND_HALF_UP}
 _NUMBER_TOKEN = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
 _EDGE = "$€£¥%()[]{}\"'`*,.;:!?"
+NUMBER_TOKEN, NUMBER_EDGE = _NUMBER_TOKEN, _EDGE
+"""A number token's core (``1,234.50``) and the characters stripped around it (currency signs, brackets, quotes,
+sentence punctuation): how :func:`answer_numbers` reads numbers, for modules that locate them."""
 
 
 def is_number(value: Any) -> bool:

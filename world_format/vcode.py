@@ -16,6 +16,7 @@ from typing import Any, Literal
 from world_format.canonical import canonical_json
 from world_format.errors import BlobkitError, VCodeError
 
+from .affirmed import number_tokens, prepared, text_spans, unasserted
 from .keys import key_parameters, normalize_key
 from .models import (
     AfterTurnCheck,
@@ -31,7 +32,8 @@ from .models import (
     VCode,
 )
 from .runtime import Episode, ToolEvent
-from .state import normalize_value, quote_identifier
+from .state import quote_identifier
+from .text_keys import is_text_key
 from .values import answer_numbers, normalize_text, numbers_equal, states, to_decimal, values_equal, without
 
 Outcome = Literal["pass", "fail", "error"]
@@ -151,6 +153,7 @@ def _check_answer(ctx: _Context, check: AnswerCheck) -> None:
     elif check.mode == "contains":
         ok = states(answer, text)
         if ok:
+            _fail_unless_asserted(answer, text_spans(prepared(answer), text), check.mode, text)
             _fail_on_other_values(ctx, check, answer, text)
     elif check.mode == "regex":
         try:
@@ -180,26 +183,37 @@ def _fail_on_other_values(ctx: _Context, check: AnswerCheck, answer: str, right:
         raise _Fail(f"answer check (contains) failed: the answer also states {stated[:80]!r}")
 
 
-def _used_integers(ctx: _Context) -> set[int]:
-    """Integers the agent passed as tool arguments (ids it worked with), which an answer may repeat."""
-    used: set[int] = set()
-    for event in ctx.trace:
-        if isinstance(event.arguments, dict):
-            used.update(v for v in (normalize_value(a) for a in event.arguments.values()) if type(v) is int)
-    return used
+def _fail_unless_asserted(answer: str, spans: list[tuple[int, int]], mode: str, value: Any) -> None:
+    """Every statement of the value is affirmative (:mod:`world_format.affirmed`): not negated, conditional or
+    hedged."""
+    why = unasserted(prepared(answer), spans)
+    if why is not None:
+        raise _Fail(f"answer check ({mode}) failed: the answer does not assert {str(value)[:80]!r}: it is {why}")
+
+
+def _excused(ctx: _Context, core: str, number: Any) -> bool:
+    """Whether a number an answer states besides the checked value is one it may state: an integer the answer key
+    also states (an id the right answer names), or the text of a declared text key that happens to be all digits
+    (an ISBN, a postcode: text, not a second number, :mod:`world_format.text_keys`). Numbers the agent passed to
+    tools excuse nothing."""
+    if number != number.to_integral_value():
+        return False
+    if ctx.answer_key is not None and any(number == n for n in answer_numbers(ctx.answer_key)):
+        return True
+    return is_text_key(ctx.episode.runtime, core)
 
 
 def _check_number(ctx: _Context, check: AnswerCheck, answer: str, value: Any) -> None:
-    """The answer states ``value`` and no other number, integers used as tool arguments aside."""
+    """The answer asserts ``value`` and states no other number but those :func:`_excused`."""
     expected = to_decimal(value)
     if expected is None:
         raise VCodeError(f"number check value {value!r} is not a number")
-    stated = answer_numbers(answer)
-    right = [n for n in stated if numbers_equal(n, expected, check.decimals, check.rounding)]
+    stated = number_tokens(prepared(answer))
+    right = [span for span, _, n in stated if numbers_equal(n, expected, check.decimals, check.rounding)]
     if not right:
         raise _Fail(f"answer check (number) failed: {value} is not stated")
-    used = _used_integers(ctx)
-    others = [n for n in stated if n not in right and not (n == n.to_integral_value() and int(n) in used)]
+    _fail_unless_asserted(answer, right, check.mode, value)
+    others = [n for span, core, n in stated if span not in right and not _excused(ctx, core, n)]
     if others:
         raise _Fail(f"answer check (number) failed: the answer also states {others[0]}")
 

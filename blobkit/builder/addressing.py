@@ -15,12 +15,11 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from world_format.entities import Entities, owning_reference
 from world_format.models import Anchor, ArgRef, Step, Table, Tool, World
 from world_format.procedures import Identification, identification
 from world_format.runtime import WorldRuntime
 from world_format.state import quote_identifier
-
-from .entities import Entities, owning_reference
 
 INTROS = ("Hi, this is {value}.", "My {column} is {value}.", "{value} here.")
 """How a customer opens by identifying themselves (seeded per case)."""

@@ -18,6 +18,7 @@ from world_format.runtime import WorldRuntime
 from world_format.state import quote_identifier
 
 from .config import BuildConfig, Progress
+from .confirmations import with_confirmations
 from .family import FamilyReport, family_instances
 from .gate import first_failed_probe, gate_task, verdicts
 from .mint import Instance, Minter
@@ -120,10 +121,15 @@ def _authored(minter: Minter, task: Task, config: BuildConfig) -> TaskEntry:
         instance = minter.on_side(task_id, task.anchor.table, task.anchor.key, task)
         if instance is None:
             return TaskEntry(task_id, "authored", task.template, None, [], reasons=(SPANS_SIDES,))
-        return TaskEntry(task_id, "authored", task.template, None, [instance])
+        return TaskEntry(task_id, "authored", task.template, None, _confirmed([instance], minter))
     wanted = {"train": config.train_cases_per_task, "eval": config.eval_cases_per_task}
     instances, report = family_instances(minter, task, task_id, wanted=wanted, scan_limit=config.scan_limit)
-    return TaskEntry(task_id, "authored", task.template, None, instances, family=report)
+    return TaskEntry(task_id, "authored", task.template, None, _confirmed(instances, minter), family=report)
+
+
+def _confirmed(instances: list[Instance], minter: Minter) -> list[Instance]:
+    """Each authored case with its confirmations completed (:func:`.confirmations.with_confirmations`)."""
+    return [replace(i, task=with_confirmations(minter.runtime, i.task)) if i.task.turns else i for i in instances]
 
 
 def candidates(loaded: LoadedWorld, minter: Minter, config: BuildConfig, progress: Progress) -> list[TaskEntry]:

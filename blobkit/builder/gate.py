@@ -1,9 +1,8 @@
 """The discrimination gate: a case is admitted only if its verifier tells right from wrong.
 
 Every probe runs on an isolated episode of the seed. The reference chain must run clean and
-pass; every applicable probe of :mod:`blobkit.builder.probes` (null, shortcut, wrong row, wrong
-value, off-by-one, read-only, hedged, over-inclusive) must *fail* (an ``error`` verdict is a
-rejection too: a verifier that cannot judge cannot admit); removing any successful write from
+pass; every applicable wrong agent of the registry (:mod:`blobkit.builder.agents`) must *fail* (an
+``error`` verdict is a rejection too: a verifier that cannot judge cannot admit); removing any successful write from
 the chain must change the final state hash. The gate runs on every case (each minted instance
 and each family row), and on a task's prototype it also replays the chain a second time, which
 must give the same state and observations.
@@ -17,12 +16,16 @@ from typing import Any
 
 from world_format.chain import final_answer, interleaved, observation_hash, run_chain
 from world_format.control import control_strings_in
+from world_format.conversation import Conversation
+from world_format.customer import Customer
+from world_format.judge import judge, violations
 from world_format.models import ArgRef, Step, Task, UserTurn
+from world_format.procedure_check import ProcedureChecker
 from world_format.runtime import WorldRuntime
 from world_format.vcode import Verdict, evaluate
 
-from .probes import PROBES, Attempt, ReferenceCalls, answer_checks, attempts, successful_writes
-from .procedures import ProcedureChecker, run_events
+from .agents import BY_NAME, NAMES, attempts
+from .probes import Attempt, ReferenceCalls, answer_checks, successful_writes
 
 NOT_APPLICABLE = "n/a"
 
@@ -39,17 +42,47 @@ class ProbeOutcome:
         return {"outcome": self.verdict.outcome, "reason": self.verdict.reason, "state_hash": self.state_hash}
 
 
-def run_attempt(runtime: WorldRuntime, task: Task, attempt: Attempt) -> ProbeOutcome:
-    """Execute an attempt's literal calls (the customer's scripted turns coming where the attempt puts them),
-    then judge them and its answer with the task's verifier."""
+def play(runtime: WorldRuntime, task: Task, attempt: Attempt,
+         conversation: Conversation | None = None) -> ProbeOutcome:
+    """Execute an attempt's literal calls, turning to the scripted customer (:mod:`world_format.customer`) where
+    the attempt does, then judge the episode (:func:`world_format.judge.judge`). An answer given while the customer
+    still has a scripted turn to give is one more turn to the customer, as in an episode, and no final answer.
+    With ``conversation``, every turn is recorded there (calls, observations, questions, replies, the answer)."""
     with runtime.episode() as episode:
+        customer = Customer(episode, task.turns)
         for kind, index in interleaved(len(attempt.calls), attempt.turns_at):
             if kind == "turn":
-                episode.deliver_turn()
-            else:
-                episode.call(*attempt.calls[index])
-        verdict = evaluate(task.vcode, episode, attempt.answer, task.answer)
-        return ProbeOutcome(verdict, episode.state_hash())
+                asked = attempt.question(index, customer.pending[0] if customer.pending else None)
+                reply = customer.reply(asked)
+                if conversation is not None:
+                    conversation.answer(asked)
+                    if reply is not None:
+                        conversation.user(reply)
+                continue
+            event = episode.call(*attempt.calls[index])
+            if conversation is not None:
+                [ident] = conversation.tool_calls([(event.tool, event.arguments)])
+                conversation.observation(ident, event.tool, event.observation)
+        answer = attempt.answer
+        if answer is not None and not customer.done:
+            customer.reply(answer)
+            answer = None
+        if conversation is not None:
+            conversation.answer(attempt.answer or "")
+        return ProbeOutcome(judge(task, episode, answer), episode.state_hash())
+
+
+def run_attempt(runtime: WorldRuntime, task: Task, attempt: Attempt) -> ProbeOutcome:
+    """Execute and judge an attempt (:func:`play`)."""
+    return play(runtime, task, attempt)
+
+
+def attempt_messages(runtime: WorldRuntime, task: Task, attempt: Attempt,
+                     prompt: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The attempt as the conversation it makes, in the kit's row format, after ``prompt`` (:func:`play`)."""
+    conversation = Conversation.resume(list(prompt))
+    play(runtime, task, attempt, conversation)
+    return conversation.messages
 
 
 @dataclass(frozen=True)
@@ -62,6 +95,8 @@ class ReferenceRun:
     problem: str
     outcome: ProbeOutcome
     observations: tuple[Any, ...] = ()
+    violations: tuple[tuple[str, str], ...] = ()
+    """The procedure violations of the run (:mod:`world_format.procedure_check`), in order."""
 
 
 def run_reference(runtime: WorldRuntime, task: Task, steps: Sequence[Step] | None = None,
@@ -73,10 +108,12 @@ def run_reference(runtime: WorldRuntime, task: Task, steps: Sequence[Step] | Non
         result = run_chain(episode, steps if steps is not None else task.reference, turns)
         verdict = evaluate(task.vcode, episode, answer, task.answer)
         outcome = ProbeOutcome(verdict, episode.state_hash())
+        found = tuple(violations(episode, answer, task.instruction))
     calls = ReferenceCalls(tuple((event.tool, event.arguments) for event in result.events),
                            tuple(event.error for event in result.events), tuple(episode.turns))
     return ReferenceRun(calls, tuple(observation_hash(event.observation) for event in result.events),
-                        result.clean, result.problem, outcome, tuple(event.observation for event in result.events))
+                        result.clean, result.problem, outcome, tuple(event.observation for event in result.events),
+                        found)
 
 
 def _control_reasons(task: Task) -> list[str]:
@@ -121,9 +158,7 @@ def _procedure_reasons(checker: ProcedureChecker, reference: ReferenceRun, matri
     """The reference run held to the world's declared procedures (recorded only where the world declares some)."""
     if not checker.declared:
         return []
-    calls = reference.calls
-    found = checker.violations(run_events(calls.calls, reference.observations, calls.errors, calls.turns_at))
-    matrix["procedures"] = [f"{kind}: {detail}" for kind, detail in found]
+    matrix["procedures"] = [f"{kind}: {detail}" for kind, detail in reference.violations]
     return [f"procedure: {text}" for text in matrix["procedures"]]
 
 
@@ -143,8 +178,8 @@ def gate_task(runtime: WorldRuntime, task: Task, distractor: Task | None, *, che
     for name, attempt in attempts(runtime, task, reference.calls, other).items():
         if attempt is None:
             matrix[name] = None
-            if name == "wrong_row":
-                reasons.append("wrong_row: no distractor row of the same shape to probe with")
+            if BY_NAME[name].required:
+                reasons.append(f"{name}: {BY_NAME[name].required}")
             continue
         outcome = run_attempt(runtime, task, attempt)
         matrix[name] = outcome.to_json()
@@ -166,7 +201,7 @@ def gate_task(runtime: WorldRuntime, task: Task, distractor: Task | None, *, che
 
 def verdicts(matrix: dict[str, Any]) -> dict[str, str]:
     """A case's compact probe record: each probe's outcome (or "n/a") and whether every write mattered."""
-    compact = {name: matrix[name]["outcome"] if matrix.get(name) else NOT_APPLICABLE for name in PROBES}
+    compact = {name: matrix[name]["outcome"] if matrix.get(name) else NOT_APPLICABLE for name in NAMES}
     removal = matrix.get("write_removal") or []
     compact["write_removal"] = ("changed" if all(r["changed"] for r in removal) else "unchanged") if removal \
         else NOT_APPLICABLE

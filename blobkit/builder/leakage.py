@@ -2,7 +2,7 @@
 
 Three measures (kit.json ``leakage``; ``blobkit info`` prints them):
 
-- **shared entities**: connected entities (:mod:`blobkit.builder.entities`) that cases on both sides concern
+- **shared entities**: connected entities (:mod:`world_format.entities`) that cases on both sides concern
   (must be 0; the split puts whole entities on one side, and this recomputes it from the cases);
 - **held-out identifiers in training rows**: identifiers of the rows a held-out case touches that its prompt or
   answer key states and that also appear in the text of some training row (must be 0);

@@ -18,17 +18,18 @@ from typing import Any
 
 from world_format.canonical import canonical_json
 from world_format.chain import run_chain
+from world_format.entities import Entities
 from world_format.keys import key_expression, key_from_sql, normalize_key
 from world_format.models import Column, Step, Table, Task, UserTurn, VCode, World
+from world_format.procedure_check import ProcedureChecker
+from world_format.quoting import amount, plain
+from world_format.quoting import quoted as quoted  # the templates quote as answers do
 from world_format.runtime import RowChange, WorldRuntime
 from world_format.state import quote_identifier
-from world_format.values import rounded, to_decimal
 
 from .addressing import Address, Addresser
 from .arguments import placeholder
-from .entities import Entities
 from .mint_specs import WORDINGS, TaskSpec, key_table
-from .procedures import ProcedureChecker
 from .sides import Side, Sides
 
 
@@ -42,7 +43,7 @@ class Instance:
     side: Side
     """train or eval: decided from the anchor row's entity when the case is made (:class:`.sides.Sides`)."""
     entity: str = ""
-    """The connected entity the case concerns (:mod:`blobkit.builder.entities`): its anchor row's root row."""
+    """The connected entity the case concerns (:mod:`world_format.entities`): its anchor row's root row."""
     anchors_touched: tuple[tuple[str, Any], ...] = field(default=())
     probes: dict[str, str] = field(default_factory=dict)
     """The gate's verdict on each probe for this case (filled in when the case is gated)."""
@@ -64,37 +65,6 @@ def key_arguments(spec: TaskSpec, role: str, table: Table, key: Any) -> dict[str
 def check(kind: str, **fields: Any) -> dict[str, Any]:
     """A VCode check as plain JSON."""
     return {"kind": kind, **fields}
-
-
-def plain(value: Any) -> Any:
-    """An integer stays an integer; a real or decimal becomes the exact decimal text it stands for."""
-    if isinstance(value, int):
-        return value
-    number = to_decimal(value)
-    assert number is not None
-    return int(number) if number == number.to_integral_value() else format(number, "f")
-
-
-def amount(value: Any, column: Column | None) -> Any:
-    """A stored value as the world quotes it: money in the major unit (cents / 10**decimals), rounded to the
-    column's declared places; anything else unchanged."""
-    if column is None or column.decimals is None or not isinstance(value, int | float | Decimal) \
-            or isinstance(value, bool):
-        return value
-    number = to_decimal(value)
-    assert number is not None
-    if column.minor_units:
-        number = number.scaleb(-column.decimals)
-    return rounded(number, column.decimals, column.rounding)
-
-
-def quoted(value: Any, column: Column | None) -> str:
-    """How an answer states a value: money with its currency symbol at the declared places ("$310.97")."""
-    shown = amount(value, column)
-    if column is not None and column.currency and isinstance(shown, Decimal):
-        return f"{column.currency}{shown:.{column.decimals}f}" if column.decimals is not None \
-            else f"{column.currency}{plain(shown)}"
-    return str(plain(shown) if isinstance(shown, Decimal) else shown)
 
 
 def answer_check(value: Any, *, field: str | None = None, others: tuple[str, ...] = (),
@@ -183,7 +153,7 @@ class Minter:
         with runtime.guard.host() as conn:
             self.sides = Sides(seed, eval_percent, Entities(world, conn))
         self.addresser = Addresser(world, self.sides.entities, runtime, seed)
-        self.procedures = ProcedureChecker(world, self.sides.entities)
+        self.procedures = ProcedureChecker.of(runtime, self.sides.entities)
 
     def instance(self, spec: TaskSpec, key: Any, task: Task) -> Instance | None:
         """The spec's task on anchor row ``key``, on the side of that row's entity."""

@@ -14,6 +14,9 @@ from decimal import Decimal
 from typing import Any
 
 from blobkit.wording import counted, sentence
+from world_format.affirmed import text_spans
+from world_format.chain import resolve_arguments, threaded
+from world_format.confirmation import confirmation_request, labelled_states, seed_lookup
 from world_format.models import Precondition, Step, Tool, UserTurn
 from world_format.state import quote_identifier
 
@@ -72,6 +75,10 @@ def _access_checks(m: Minter, spec: TaskSpec, key: Any, address: Address, steps:
     if made:
         arguments = key_arguments(spec, role, key_table(m.world, spec.anchor), key)
         checks.append(check("tool_called", tool=spec.tool(role), arguments=arguments))
+    else:  # the row is the one a find by natural key returned: that find, with the customer's value, is required
+        checked = {c.get("tool") for c in checks if c["kind"] == "tool_called"}
+        checks += [check("tool_called", tool=step.tool, arguments=dict(step.arguments)) for step in address.steps
+                   if step.tool not in checked and not any(threaded(v) for v in step.arguments.values())]
     return checks
 
 
@@ -187,13 +194,27 @@ def _write(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | None
     answer = f"Done: {COMPLETED} to {acting(action, address.told, stated)}."
     turns: tuple[UserTurn, ...] = ()
     if spec.template == "write_confirmed":
-        turns = (UserTurn(after_step=len(steps), user=CONFIRMATION,
-                          assistant=f"I found {address.told}. Shall I {acting(action, 'it', stated)} now?"),)
+        turns = (_confirmation(m, tool, resolve_arguments(write, observations[:-1]), len(steps), address, action,
+                               stated),)
     verified, unchanged = state_checks(m.world, changes)
     checks = base + [check("tool_called", tool=tool.name, arguments=written)] + verified + [unchanged]
     if turns:
         checks.append(check("after_turn", tool=tool.name, turn=0))
     return m.instance(spec, key, make_task(spec, key, instruction, [*steps, write], answer, checks, turns))
+
+
+def _confirmation(m: Minter, tool: Tool, arguments: dict[str, Any], after_step: int, address: Address,
+                  action: str, stated: tuple[tuple[str, Any], ...]) -> UserTurn:
+    """The scripted confirmation before a ``confirm`` write: the agent names the row and the action and states
+    what the tool's ``confirm`` declares (labels, money formats), the customer says yes."""
+    lookup = seed_lookup(m.runtime)
+    question = f"Shall I {acting(action, 'it', stated)} now?"
+    details = [f"{label}: {value}" for label, value in labelled_states(m.world, tool, arguments, lookup)
+               if not text_spans(question, value)]
+    found = f"I found {address.told}" + (f" ({'; '.join(details)})" if details else "")
+    return UserTurn(after_step=after_step, user=CONFIRMATION,
+                    assistant=f"{found}. {question}",
+                    confirms=confirmation_request(m.world, tool, arguments, lookup))
 
 
 def _refusal(m: Minter, spec: TaskSpec, key: Any, address: Address, steps: list[Step], ran: Any, tool: Tool,

@@ -10,9 +10,9 @@ from typing import Any
 
 from world_format.chain import final_answer, interleaved, observation_hash, run_chain
 from world_format.conversation import Conversation, prompt_messages
+from world_format.judge import judge
 from world_format.models import Task
 from world_format.runtime import WorldRuntime
-from world_format.vcode import evaluate
 
 from .config import Progress
 from .split import Case
@@ -27,7 +27,7 @@ def replay_row(runtime: WorldRuntime, task: Task, ids: tuple[str, str], system: 
     answer, answer_source = final_answer(task)
     with runtime.episode() as episode:
         result = run_chain(episode, task.reference, task.turns)
-        verdict = evaluate(task.vcode, episode, answer, task.answer)
+        verdict = judge(task, episode, answer)
     if not result.clean or not verdict.passed:
         return None
     conversation = Conversation.opening(system, task.instruction)

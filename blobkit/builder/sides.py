@@ -1,7 +1,7 @@
 """Which side of the split a row's cases go to: a seeded hash of its connected entity, decided once, before any
 case exists.
 
-A row's entity (:mod:`blobkit.builder.entities`) is the root row reached by following owning foreign keys, so
+A row's entity (:mod:`world_format.entities`) is the root row reached by following owning foreign keys, so
 a customer, their orders and the orders' items all land on the same side. The hash is of the root row, with
 the formula an anchor row had before entities (a root anchor row keeps its side).
 """
@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from world_format.canonical import canonical_json
-
-from .entities import Entities
+from world_format.entities import Entities
 
 Side = Literal["train", "eval"]
 

@@ -14,12 +14,14 @@ from .output import echo_json
 SIDES = {"train": ("train",), "eval": ("eval",), "both": ("train", "eval")}
 
 
+def _agent_help() -> str:
+    from blobkit.builder.agents import NAMES, REFERENCE
+
+    return f"One of: {REFERENCE}, " + ", ".join(NAMES) + " (blobkit info lists where each applies)."
+
+
 def adversary(kit: Path = typer.Option(..., "--kit", help="Kit directory or archive."),
-              agent: str = typer.Option(..., "--agent", help="reference, null, shortcut, wrong-row, wrong-value, "
-                                                             "off-by-one, read-only, hedger, over-inclusive, "
-                                                             "unconfirmed (multi-turn cases only), unidentified "
-                                                             "(skips the declared identification) or "
-                                                             "forbidden-write (attempts a refused write)."),
+              agent: str = typer.Option(..., "--agent", help=_agent_help()),
               side: str = typer.Option("both", "--side", help="train, eval or both."),
               out: Path | None = typer.Option(None, "--out", help="Write the trajectories here (default: stdout).")
               ) -> None:
@@ -27,13 +29,13 @@ def adversary(kit: Path = typer.Option(..., "--kit", help="Kit directory or arch
 
     Example: blobkit adversary --kit KIT --agent hedger --out hedger.jsonl
     """
-    from blobkit.adversaries import AGENTS, trajectories
+    from blobkit.adversaries import AGENT_NAMES, trajectories
     from blobkit.errors import ConfigError
     from world_format.canonical import atomic_write_bytes, jsonl_bytes
     from world_format.kit import open_kit
 
-    if agent not in AGENTS or side not in SIDES:
-        raise ConfigError(f"--agent is one of {', '.join(AGENTS)}; --side one of {', '.join(SIDES)}")
+    if agent not in AGENT_NAMES or side not in SIDES:
+        raise ConfigError(f"--agent is one of {', '.join(AGENT_NAMES)}; --side one of {', '.join(SIDES)}")
     with open_kit(kit) as opened:
         lines = list(trajectories(opened, agent, SIDES[side]))
     data = jsonl_bytes(lines)

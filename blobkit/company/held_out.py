@@ -1,7 +1,7 @@
 """Is a kit's held-out set large enough for its pass rates to mean anything, and if not, what the world needs.
 
 The sample behind a held-out pass rate is the independent entities its cases concern (a customer with their
-orders, :mod:`blobkit.builder.entities`), not the cases: cases of one entity are correlated. Below
+orders, :mod:`world_format.entities`), not the cases: cases of one entity are correlated. Below
 :data:`MIN_HELD_OUT_ENTITIES` ``company inspect`` calls a source not trainable, and says which of two things is
 short: the world (too few entities fall on the held-out side of the split: add rows) or the build (the side holds
 enough, but the tasks' held-out cases concern few of them: hold out more cases per task).
@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from blobkit.builder import BuildConfig
-from blobkit.builder.entities import Entities
 from blobkit.builder.sides import Sides
+from world_format.entities import Entities
 from world_format.keys import key_expression, key_from_sql, normalize_key
 from world_format.loaded import LoadedWorld
 from world_format.state import quote_identifier
 
 MIN_HELD_OUT_ENTITIES = 20
-"""Fewest independent held-out entities (:mod:`blobkit.builder.entities`) a kit needs before its held-out pass
+"""Fewest independent held-out entities (:mod:`world_format.entities`) a kit needs before its held-out pass
 rate means anything. Cases of one entity are correlated, so the entities, not the cases, are the sample: at 20 the
 95 % Wilson interval of a rate near 0.5 is 0.30-0.70 (half-width 0.20), just narrow enough to tell a model that
 does the job most of the time from one that does it a third of the time; at the 5-15 entities small worlds hold

@@ -217,7 +217,8 @@ TOOLS = [
                         ("SELECT NOT EXISTS (SELECT 1 FROM booking_legs WHERE booking_id = :booking_id AND "
                          f"{CHOSEN} AND status <> 'confirmed')",
                          "Only legs that are still confirmed (not flown or already cancelled) can be cancelled.")],
-         action="cancel flights", confirm=True),
+         # the legs are named by their flights and dates in the family's own question (its turn's "confirms")
+         action="cancel flights", confirm={"states": ["booking_id"]}),
     tool("cancel_booking", "Cancel a whole booking; every seat is released. Not possible once a leg has been "
          "flown.", "write", {"booking_id": BOOKING_ID},
          [SEAT_BACK.format(only=""),
@@ -229,7 +230,8 @@ TOOLS = [
                          "status = 'flown')",
                          "Part of this booking has already been flown, so it cannot be cancelled as a whole.",
                          "part of it has already been flown, so it cannot be cancelled as a whole")],
-         anchors={"booking_id": "bookings.id"}, action="cancel", confirm=True),
+         # the question names the booking and the total the cancellation releases
+         anchors={"booking_id": "bookings.id"}, action="cancel", confirm={"states": ["booking_id", "bookings.total"]}),
     tool("set_meal", "Change the meal ordered on one leg of a booking.", "write",
          {"booking_id": BOOKING_ID, "position": POSITION,
           "meal": prop("string", "The meal to serve.", enum=MEALS)},
@@ -357,7 +359,9 @@ def build_tasks():
     confirm = {"after_step": 2,
                "assistant": "On booking {{booking_id}} I will cancel {{f1}} on {{d1}} and {{f2}} on {{d2}}; their "
                             "seats will be released. Shall I go ahead?",
-               "user": "Yes, please cancel both."}
+               "user": "Yes, please cancel both.",
+               "confirms": {"tool": "cancel_legs",
+                            "states": ["{{booking_id}}", "{{f1}}", "{{d1}}", "{{f2}}", "{{d2}}"]}}
     return [
         # 1. Cancel two legs at once (a list argument), only after the customer's explicit yes.
         {"family": {"query": TWO_LEGS.strip()},

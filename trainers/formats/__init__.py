@@ -6,10 +6,10 @@ own template, :mod:`.qwen3`, :mod:`.llama3`, :mod:`.lfm2`), :mod:`.probe` (does 
 and :mod:`.choose` (which format a base gets). ``spec/tool-formats.md`` describes the formats.
 """
 
-from .choose import DEFAULT_FORMAT, FORMATS, Choice, apply_tool_format, choose_format, format_of, get_format
+from .choose import FORMATS, Choice, apply_tool_format, choose_format, format_of, get_format
 from .format import Rendered, ToolFormat
 from .parsed import ParsedTurn, assistant_message
 from .probe import Probe, probe_template
 
-__all__ = ["DEFAULT_FORMAT", "FORMATS", "Choice", "ParsedTurn", "Probe", "Rendered", "ToolFormat",
+__all__ = ["FORMATS", "Choice", "ParsedTurn", "Probe", "Rendered", "ToolFormat",
            "apply_tool_format", "assistant_message", "choose_format", "format_of", "get_format", "probe_template"]

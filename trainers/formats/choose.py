@@ -29,9 +29,6 @@ from .qwen3 import QWEN3
 
 FORMATS: dict[str, ToolFormat] = {f.name: f for f in (BLOBKIT, HERMES, QWEN3, LLAMA3, LFM2)}
 """Every tool format by its ``--tool-format`` name."""
-DEFAULT_FORMAT = HERMES
-"""What the generation and parsing entry points use when given no format: ``<tool_call>`` JSON blocks ending at
-``<|im_end|>`` (blobkit's and Qwen2.5's; the behaviour before formats existed)."""
 
 _TRL_ORIGINALS = (("qwen2_5_chat_template", "hermes"), ("qwen3_instruct_2507_chat_template", "hermes"),
                   ("qwen3_chat_template", "qwen3"), ("llama3_chat_template", "llama3"),

@@ -8,7 +8,7 @@ entities: a self-reference (an employee's manager) is a hierarchy, and a second 
 item's product) points into shared reference data, which would otherwise make the whole seed one entity.
 A cycle of owning references is one entity, rooted at its least row (by table, then canonical key).
 
-The split (:mod:`blobkit.builder.sides`) puts whole entities on one side, so no held-out case concerns
+The split (the builder's sides) puts whole entities on one side, so no held-out case concerns
 a customer whose orders are training rows. Everything is read once, from the seed, in one query per table.
 """
 
