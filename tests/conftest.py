@@ -170,3 +170,13 @@ def reference_lines(kit: Path, side: str = "eval") -> list[dict[str, Any]]:
 
     with open_kit(kit) as opened:
         return list(trajectories(opened, "reference", (side,)))
+
+
+@pytest.fixture(scope="session")
+def tinker_tiny(retail_kit: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random model (32 wide, 2 layers) whose tokenizer was trained on the small retail kit's rows: the base
+    the Tinker API tests serve."""
+    from trainers.tiny_model import TinyModelConfig, build_tiny_model, row_texts
+
+    return build_tiny_model(row_texts(retail_kit.rows()), tmp_path_factory.mktemp("tinker-tiny"),
+                            TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2))

@@ -31,6 +31,11 @@ class BaseMismatchError(TrainerError):
     """A base model differs from the one an export or plan pinned (its sha256), or its files fail their manifest."""
 
 
+class InputDataError(ConfigError):
+    """Data handed to a model session is invalid: token ids out of the vocabulary, loss inputs of the wrong shape or
+    missing, a loss the engine does not know, values that are not finite."""
+
+
 class ScoreError(BlobkitError, ValueError):
     """Verdicts that cannot make one score: a case the kit does not hold, or one case judged on two different
     conversations (:mod:`trainers.scoring`)."""

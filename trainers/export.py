@@ -18,8 +18,11 @@ REFUSED_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 
 
 def export_model(trained: Path, out: Path, *, kind: str, config: dict[str, Any], base: dict[str, Any],
-                 kit_sha256: str) -> Path:
-    """Copy the trained files (safetensors only) plus config and manifest into ``out`` atomically."""
+                 kit_sha256: str | None) -> Path:
+    """Copy the trained files (safetensors only) plus config and manifest into ``out`` atomically.
+
+    ``kit_sha256`` is the kit the model was trained on; None when it was trained elsewhere (a Tinker checkpoint).
+    """
     files: dict[str, Content] = {path.name: path for path in sorted(Path(trained).iterdir())
                                  if path.is_file() and not path.name.endswith(REFUSED_SUFFIXES)
                                  and path.name != MANIFEST}

@@ -53,7 +53,7 @@ def cache_argument(model: Any) -> str:
     return "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
 
 
-def _new_cache(model: Any) -> Any:
+def new_cache(model: Any) -> Any:
     """An empty KV cache, filled in place by each forward call."""
     from transformers import DynamicCache
 
@@ -78,7 +78,7 @@ def decode(model: Any, prompt_ids: list[int], end_ids: list[int], *, max_new_tok
         torch.set_num_threads(1)
     try:
         with torch.inference_mode():
-            cache = {cache_argument(model): _new_cache(model)}
+            cache = {cache_argument(model): new_cache(model)}
             output = model(input_ids=torch.tensor([prompt_ids], device=device), use_cache=True, logits_to_keep=1,
                            **cache)
             for _ in range(max_new_tokens):

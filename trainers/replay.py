@@ -15,8 +15,9 @@ from world_format.kit import Kit
 
 from .config import TrainConfig
 from .errors import ConfigError
-from .evaluation import EpisodeResult, model_policy, run_episode
+from .evaluation import EpisodeResult, EvalSummary, evaluate_cases, model_policy, run_episode
 from .export import load_export
+from .trajectories import ScoredFile
 
 
 def replay_case(export: Path, kit: Kit, case_id: str | None = None, *, max_turns: int | None = None,
@@ -48,3 +49,28 @@ def _trained_config(export: Path) -> TrainConfig:
 def replay_record(result: EpisodeResult, manifest: dict[str, Any]) -> dict[str, Any]:
     """What ``blobkit replay --json`` prints: the episode record plus the export's kind."""
     return {**result.to_json(), "model_kind": manifest["kind"]}
+
+
+def evaluate_export(export: Path, kit: Kit, *, limit: int | None = None) -> EvalSummary:
+    """Greedy episodes of ``export`` (loaded fresh, verified) on the kit's held-out cases (the first ``limit``), with
+    the turn cap and token budget it was trained with; what ``blobkit eval --model`` prints."""
+    model, tokenizer, _ = load_export(export)
+    trained = _trained_config(Path(export))
+    runtime = kit.world().runtime()
+    try:
+        return evaluate_cases(model_policy(model, tokenizer, trained.max_new_tokens, trained.episode_batch), runtime,
+                              kit.cases("eval")[:limit], trained.max_turns)
+    finally:
+        runtime.close()
+
+
+def score_export(export: Path, kit: Kit, *, limit: int | None = None) -> ScoredFile:
+    """:func:`evaluate_export`'s episodes scored as one claim over the kit's cases (partial when ``limit`` leaves
+    held-out cases out), the record ``blobkit eval --model`` prints."""
+    from .scoring import Scored, conversation_key, score_verdicts, side_universe
+
+    results = list(evaluate_export(export, kit, limit=limit).results)
+    universe = side_universe(kit.cases("train") + kit.cases("eval"))
+    verdicts = [Scored(r.case_id, r.passed, r.entity, conversation_key(list(r.messages)), f"episode {i + 1}")
+                for i, r in enumerate(results)]
+    return ScoredFile(score_verdicts(verdicts, universe), results, universe)

@@ -8,7 +8,7 @@ import typer
 
 from blobkit.errors import BlobkitError
 
-from . import company, evaluate, runpod, serve, train, worker, world
+from . import company, evaluate, runpod, serve, tinker, train, worker, world
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Turn a company's world into a verified training kit, and train small models on it.")
@@ -19,6 +19,7 @@ runpod.register(app)
 company.register(app)
 serve.register(app)
 worker.register(app)
+tinker.register(app)
 
 
 def _click_exceptions() -> tuple[type[Exception], ...]:

@@ -49,7 +49,13 @@ def adversary(kit: Path = typer.Option(..., "--kit", help="Kit directory or arch
 
 
 def evaluate(kit: Path = typer.Option(..., "--kit", help="Kit directory or archive."),
-             trajectories: Path = typer.Option(..., "--trajectories", help="JSON Lines: {case_id, messages}."),
+             trajectories: Path | None = typer.Option(None, "--trajectories",
+                                                      help="JSON Lines: {case_id, messages}."),
+             model: Path | None = typer.Option(None, "--model", help="Instead of --trajectories: a blobkit export "
+                                               "(blobkit train, blobkit tinker checkpoints export) run greedily on "
+                                               "the held-out cases."),
+             limit: int | None = typer.Option(None, "--limit", min=1, help="With --model: the first N held-out "
+                                              "cases (a partial score)."),
              min_pass_rate: float = typer.Option(1.0, "--min-pass-rate", help="Exit 1 below this pass rate."),
              allow_partial: bool = typer.Option(False, "--allow-partial",
                                                 help="Accept a file that does not cover every held-out case."),
@@ -66,14 +72,24 @@ def evaluate(kit: Path = typer.Option(..., "--kit", help="Kit directory or archi
     every case must pass), or when the file does not cover every held-out case (partial) unless
     --allow-partial.
 
+    With --model, the export's own greedy episodes on the held-out cases are scored the same way.
+
     Example: blobkit eval --kit KIT --trajectories agent.jsonl --json
     """
+    from blobkit.errors import ConfigError
     from trainers.trajectories import read_trajectories, score_trajectories
     from world_format.kit import open_kit
 
-    lines = read_trajectories(trajectories)
+    if (trajectories is None) == (model is None):
+        raise ConfigError("give exactly one of --trajectories FILE and --model EXPORT")
     with open_kit(kit) as opened:
-        scored = score_trajectories(opened, lines, str(trajectories), max_turns)
+        if model is not None:
+            from trainers.replay import score_export
+
+            scored = score_export(model, opened, limit=limit)
+        else:
+            assert trajectories is not None
+            scored = score_trajectories(opened, read_trajectories(trajectories), str(trajectories), max_turns)
     score, ordered = scored.score, scored.results
     if as_json:
         echo_json({"summary": scored.summary(),

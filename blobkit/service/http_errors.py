@@ -31,6 +31,7 @@ from blobkit.errors import (
     NotFoundError,
     NotTrainableError,
     PayloadTooLargeError,
+    PolicyError,
     SourceError,
     UnknownBaseError,
     WorldFormatError,
@@ -41,7 +42,7 @@ from .records import ErrorBody, ErrorDetail
 LOG = logging.getLogger("blobkit.service")
 
 STATUS: dict[type[BaseException], int] = {
-    AuthError: 401, ForbiddenError: 403, NotFoundError: 404, LookupError: 404, ConflictError: 409,
+    AuthError: 401, ForbiddenError: 403, PolicyError: 403, NotFoundError: 404, LookupError: 404, ConflictError: 409,
     LeaseExpiredError: 410, PayloadTooLargeError: 413, UnknownBaseError: 400, ChecksumError: 400,
     WorldFormatError: 422, KitError: 422, SourceError: 422, NotTrainableError: 422, ConfigError: 422,
     JobError: 409, BlobkitError: 400,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from fastapi import APIRouter
 
+from ..tinker import router as tinker
 from . import all_jobs, attempts, environments, models, training_jobs, workers
 
 
@@ -32,6 +33,7 @@ ROUTERS: list[Mount] = [
     Mount("/api/v1", all_jobs.router),
     Mount("/api/v1", workers.router),
     Mount("/api/v1", attempts.router),
+    Mount("/tinker/api/v1", tinker.router),
 ]
 """Every router of the service, in mount order."""
 
