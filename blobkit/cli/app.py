@@ -9,6 +9,7 @@ import typer
 from blobkit.errors import BlobkitError
 
 from . import company, evaluate, runpod, serve, tinker, train, worker, world
+from . import mcp as mcp_cli
 from . import serve_model as serve_model_cli
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -22,6 +23,7 @@ serve.register(app)
 worker.register(app)
 tinker.register(app)
 serve_model_cli.register(app)
+mcp_cli.register(app)
 
 
 def _click_exceptions() -> tuple[type[Exception], ...]:
