@@ -137,5 +137,6 @@ def response_events(turn: Turn, rows: list[Row], spaces: dict[str, str], model: 
             yield event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
                         arguments=item["arguments"], name=item["name"])
         yield event("response.output_item.done", output_index=index, item=item)
-    final = response_object(output, turn, model, ident, created)
-    yield event("response.incomplete" if final["status"] == "incomplete" else "response.completed", response=final)
+    # the last event is response.completed even when the token cap cut the turn (its response's status then says
+    # incomplete): the openai SDK's stream helper and Codex both wait for response.completed, as vLLM sends it
+    yield event("response.completed", response=response_object(output, turn, model, ident, created))
