@@ -196,3 +196,19 @@ def test_a_trained_export_answers_the_first_turn_with_a_tool_call_and_its_episod
     assert replayed.parse_failures == 0  # a malformed call is shown to the model by blobkit's loop, not by a client
     assert verdict["verdict"] == replayed.verdict.to_json() and verdict["passed"] == replayed.passed
     assert verdict["calls"] == len(replayed.trace) and verdict["answer"] == replayed.answer
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(__import__("shutil").which("codex") is None, reason="the Codex CLI is not on PATH (.ci/run "
+                                                                        "installs @openai/codex@0.169.0)")
+def test_codex_replays_a_held_out_case_in_shadow_mode_and_vcode_judges_it(trained: Path, retail_kit: Any) -> None:
+    from blobkit.harness.codex import replay_with_codex
+
+    case = _case(retail_kit)
+    result = replay_with_codex(trained, retail_kit, case.case_id, timeout_s=300)
+    assert result.case_id == case.case_id and result.verdict.outcome in ("pass", "fail")
+    # the verdict is the one blobkit eval --trajectories gives the recorded conversation
+    from trainers.trajectories import TrajectoryLine, score_trajectories
+
+    again = score_trajectories(retail_kit, [TrajectoryLine(1, case.case_id, list(result.messages), None)], "codex")
+    assert again.results[0].verdict == result.verdict

@@ -38,8 +38,10 @@ class WorldServer:
     """The sessions of one served case, keyed by MCP session (see the module docstring)."""
 
     def __init__(self, kit: Kit, case_id: str | None, record: Path | None = None,
-                 report: Callable[[str], None] | None = None) -> None:
-        self.kit, self.record, self.report = kit, record, report
+                 report: Callable[[str], None] | None = None, *, shared: bool = False) -> None:
+        self.kit, self.record, self.report, self.shared = kit, record, report, shared
+        """``shared``: every MCP session plays one episode (a harness that reconnects per turn, Codex's ``exec
+        resume``); the caller drives the customer through :meth:`session`."""
         self.case: KitCase = held_out_case(kit, case_id)
         assert self.case.prompt is not None
         self.tools = self.case.prompt.tools
@@ -50,7 +52,8 @@ class WorldServer:
         self.sessions: dict[str, WorldSession] = {}
 
     def session(self, key: str) -> WorldSession:
-        """The session ``key``, started on its own copy of the seed at its first use."""
+        """The session ``key`` (the one episode when shared), started on its own copy of the seed at its first use."""
+        key = "episode" if self.shared else key
         if key not in self.sessions:
             self.sessions[key] = WorldSession(self.kit, self.case, self.runtime, f"{len(self.sessions) + 1}")
         return self.sessions[key]
