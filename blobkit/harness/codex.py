@@ -7,9 +7,11 @@ tested) is run with a throw-away ``CODEX_HOME`` whose ``config.toml`` names
 * the world's MCP server (``blobkit mcp``'s, streamable HTTP on 127.0.0.1), one episode for the whole replay;
 
 in shadow mode: ``sandbox_mode = "read-only"``, ``approval_policy = "never"``, no shell or exec tool, no web
-search, apps, plugins, goals, images or subagents, the world's system prompt as Codex's instructions, and the
-world's tools under their own names (``non_prefixed_mcp_tool_names``); Codex still adds its MCP-resource and
-``request_user_input`` tools and a skills message, which the model sees. The customer's request opens the
+search, apps, plugins, goals, images, skills or subagents, the world's system prompt as Codex's instructions
+(sent as its developer message), the world's tools under their own names (``non_prefixed_mcp_tool_names``).
+What Codex 0.169 adds that no config key removes (four tools of its own, the MCP tools sorted by name, a
+wall-time line on every tool output) the replay's endpoint keeps from the model (:mod:`blobkit.serving.shadow`),
+so the model sees the conversation blobkit's own loop renders. The customer's request opens the
 conversation; each time Codex ends a turn, its last message goes to the scripted customer and the reply comes
 back through ``codex exec resume``, until the script is used up. The recorded episode is judged as ``blobkit
 eval --trajectories`` judges it (:class:`~blobkit.mcp_world.session.WorldSession`).
@@ -36,6 +38,8 @@ from world_format.kit import Kit
 TESTED_VERSION = "0.169.0"
 """The Codex CLI version this replay is tested with."""
 KEY_VARIABLE = "BLOBKIT_MODEL_KEY"
+NAMESPACE = "world"
+"""The MCP server's name in Codex's config: Codex sends its tools as the Responses namespace of that name."""
 
 
 @contextmanager
@@ -71,12 +75,14 @@ def codex_config(model: str, model_url: str, mcp_url: str, instructions: Path) -
         "[features]", *(f"{name} = false" for name in (
             "shell_tool", "unified_exec", "apps", "goals", "view_image", "image_generation", "plugins",
             "skill_search", "sleep_tool", "tool_suggest")), "non_prefixed_mcp_tool_names = true", "",
+        "[skills]", "include_instructions = false", "", "[skills.bundled]", "enabled = false", "",
         "[agents]", "enabled = false", "",
         "[model_providers.blobkit]", 'name = "blobkit"', f"base_url = {quote(model_url)}",
         f"env_key = {quote(KEY_VARIABLE)}", 'wire_api = "responses"', "request_max_retries = 0",
         "stream_max_retries = 0", "",
-        "[mcp_servers.world]", f"url = {quote(mcp_url)}", "required = true", "startup_timeout_sec = 60",
-        'disabled_tools = ["blobkit_say", "blobkit_verdict"]', ""])
+        f"[mcp_servers.{NAMESPACE}]", f"url = {quote(mcp_url)}", "required = true", "startup_timeout_sec = 60",
+        # the world's tools run unasked (each on the replay's own copy of the seed); the harness tools stay hidden
+        'default_tools_approval_mode = "approve"', 'disabled_tools = ["blobkit_say", "blobkit_verdict"]', ""])
 
 
 def _run_codex(codex: str, home: Path, work: Path, key: str, prompt: str, thread: str | None,
@@ -111,6 +117,7 @@ def replay_with_codex(export: Path, kit: Kit, case_id: str | None = None, *, cod
     from blobkit.serving.app import create_app
     from blobkit.serving.engine import LoadedModel
     from blobkit.serving.server import new_api_key
+    from blobkit.serving.shadow import Shadow
 
     found = shutil.which(codex)
     if found is None:
@@ -118,9 +125,10 @@ def replay_with_codex(export: Path, kit: Kit, case_id: str | None = None, *, cod
     world = WorldServer(kit, case_id, shared=True)
     model = LoadedModel("blobkit", Path(export))
     key = new_api_key()
+    shadow = Shadow(NAMESPACE, tuple(world.tool_names()))
     try:
         with tempfile.TemporaryDirectory(prefix="blobkit-codex-") as scratch, \
-                _serving(create_app({"blobkit": model}, key)) as model_port, \
+                _serving(create_app({"blobkit": model}, key, shadow)) as model_port, \
                 _serving(build_server(world).streamable_http_app(host="127.0.0.1")) as mcp_port:
             home, work = Path(scratch, "home"), Path(scratch, "work")
             home.mkdir()

@@ -58,6 +58,10 @@ class WorldServer:
             self.sessions[key] = WorldSession(self.kit, self.case, self.runtime, f"{len(self.sessions) + 1}")
         return self.sessions[key]
 
+    def tool_names(self) -> list[str]:
+        """The world's tools in the case's declaration order."""
+        return [t["function"]["name"] for t in self.tools]
+
     def system_prompt(self) -> str:
         """The world's system prompt, as the case's prompt opens with it."""
         assert self.case.prompt is not None

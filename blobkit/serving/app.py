@@ -26,6 +26,7 @@ from .errors import AuthenticationError, ModelNotFoundError, ServingError
 from .messages import chat_rows, chat_tools, response_rows, response_tools
 from .records import ChatRequest, ResponsesRequest
 from .replies import chat_chunks, chat_completion, response_events, response_object, response_output
+from .shadow import Shadow
 
 LOG = logging.getLogger("blobkit.serving")
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -54,8 +55,11 @@ def _tool_choice(choice: Any, tools: list[dict[str, Any]]) -> list[dict[str, Any
                        "can be kept; ask with 'auto'", "tool_choice")
 
 
-def create_app(models: Mapping[str, LoadedModel], api_key: str) -> FastAPI:
-    """The app serving ``models`` (id → loaded export) to callers holding ``api_key``."""
+def create_app(models: Mapping[str, LoadedModel], api_key: str, shadow: Shadow | None = None) -> FastAPI:
+    """The app serving ``models`` (id → loaded export) to callers holding ``api_key``.
+
+    ``shadow``: Responses requests are shown to the model through it (:mod:`blobkit.serving.shadow`; ``blobkit
+    replay --harness codex`` sets one)."""
     app = FastAPI(title="blobkit serve-model", version="1",
                   description="An OpenAI-compatible endpoint for blobkit exports (chat completions with tools, the "
                               "Responses subset function-calling agents use).")
@@ -102,6 +106,8 @@ def create_app(models: Mapping[str, LoadedModel], api_key: str) -> FastAPI:
                                "previous_response_id")
         rows = response_rows(body.input, body.instructions)
         specs, spaces = response_tools(body.tools)
+        if shadow is not None:
+            rows, specs = shadow.rows(rows), shadow.tools(specs, spaces)
         tools = _tool_choice(body.tool_choice, specs)
         turn = await run_in_threadpool(model.turn, rows, tools, max_tokens=body.max_output_tokens,
                                        temperature=body.temperature or 0.0)
