@@ -47,3 +47,13 @@ def reenact(messages: list[dict[str, Any]]) -> list[tuple[str, Any]]:
         if not calls:
             steps.append(("say", message.get("content") or ""))
     return steps
+
+
+def mcp_client(url: str, key: str) -> Any:
+    """An mcp SDK client of the HTTP world at ``url`` holding ``key`` (the handshake era: one world per session)."""
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {key}"})
+    return Client(streamable_http_client(url, http_client=http), mode="legacy")

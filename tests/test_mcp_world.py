@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 from conftest import reference_lines, score_trajectories
-from harness_support import reenact, running
+from harness_support import mcp_client, reenact, running
 
 pytest.importorskip("mcp")
 
 from mcp import Client, StdioServerParameters  # noqa: E402
 
-from blobkit.mcp_world.server import SAY, VERDICT, WorldServer, build_server  # noqa: E402
+from blobkit.mcp_world.server import SAY, VERDICT, WorldServer, build_server, http_app  # noqa: E402
 from world_format.kit import open_kit  # noqa: E402
 
 
@@ -98,14 +98,19 @@ def test_each_http_session_sees_only_its_own_changes(kit_path: Path) -> None:
         world = WorldServer(kit, line["case_id"])
         reads_only = [(kind, value) for kind, value in steps if kind == "say" or value[0] not in writes]
         try:
-            with running(build_server(world).streamable_http_app(host="127.0.0.1"), "/mcp") as url:
+            with running(http_app(world, "k-1"), "/mcp") as url:
                 async def main() -> tuple[dict[str, Any], dict[str, Any]]:
-                    async with Client(url, mode="legacy") as first, Client(url, mode="legacy") as second:
+                    async with mcp_client(url, "k-1") as first, mcp_client(url, "k-1") as second:
                         writer = await _play(first, steps)
                         reader = await _play(second, reads_only)
                         return writer, reader
 
                 writer, reader = asyncio.run(main())
+                import httpx
+
+                for headers in ({}, {"Authorization": "Bearer k-2"}):  # every request needs the key
+                    refused = httpx.post(url, headers=headers, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+                    assert refused.status_code == 401 and "API key" in refused.json()["error"]
         finally:
             world.close()
     assert writer["passed"] is True

@@ -152,9 +152,9 @@ def _trace(result: Any) -> list[tuple[str, Any, Any]]:
 async def _agent(client: Any, mcp_url: str, max_turns: int, max_tokens: int) -> tuple[dict[str, Any], list[Any]]:
     """A harness no one here wrote would do this: the openai client writes each turn, the MCP server runs the
     calls and answers for the customer; (the verdict, the messages sent)."""
-    from mcp import Client
+    from harness_support import mcp_client
 
-    async with Client(mcp_url, mode="legacy") as world:
+    async with mcp_client(mcp_url, KEY) as world:
         listed = (await world.list_tools()).tools
         tools = [{"type": "function", "function": {"name": t.name, "description": t.description or "",
                                                    "parameters": t.input_schema}}
@@ -181,7 +181,7 @@ async def _agent(client: Any, mcp_url: str, max_turns: int, max_tokens: int) -> 
 @pytest.mark.slow
 def test_a_trained_export_answers_the_first_turn_with_a_tool_call_and_its_episode_matches_blobkit_replay(
         trained: Path, retail_kit: Any, comparable: tuple[Any, Any]) -> None:
-    from blobkit.mcp_world.server import WorldServer, build_server
+    from blobkit.mcp_world.server import WorldServer, http_app
     from blobkit.serving.app import create_app
     from blobkit.serving.engine import LoadedModel
 
@@ -206,7 +206,7 @@ def test_a_trained_export_answers_the_first_turn_with_a_tool_call_and_its_episod
 
         world = WorldServer(retail_kit, case.case_id)
         try:
-            with running(build_server(world).streamable_http_app(host="127.0.0.1"), "/mcp") as mcp_url:
+            with running(http_app(world, KEY), "/mcp") as mcp_url:
                 verdict, sent = asyncio.run(_agent(client, mcp_url, 5, model.max_new_tokens))
         finally:
             world.close()

@@ -38,6 +38,7 @@ from world_format.kit import Kit
 TESTED_VERSION = "0.169.0"
 """The Codex CLI version this replay is tested with."""
 KEY_VARIABLE = "BLOBKIT_MODEL_KEY"
+MCP_KEY_VARIABLE = "BLOBKIT_MCP_KEY"
 NAMESPACE = "world"
 """The MCP server's name in Codex's config: Codex sends its tools as the Responses namespace of that name."""
 
@@ -80,16 +81,17 @@ def codex_config(model: str, model_url: str, mcp_url: str, instructions: Path) -
         "[model_providers.blobkit]", 'name = "blobkit"', f"base_url = {quote(model_url)}",
         f"env_key = {quote(KEY_VARIABLE)}", 'wire_api = "responses"', "request_max_retries = 0",
         "stream_max_retries = 0", "",
-        f"[mcp_servers.{NAMESPACE}]", f"url = {quote(mcp_url)}", "required = true", "startup_timeout_sec = 60",
+        f"[mcp_servers.{NAMESPACE}]", f"url = {quote(mcp_url)}",
+        f"bearer_token_env_var = {quote(MCP_KEY_VARIABLE)}", "required = true", "startup_timeout_sec = 60",
         # the world's tools run unasked (each on the replay's own copy of the seed); the harness tools stay hidden
         'default_tools_approval_mode = "approve"', 'disabled_tools = ["blobkit_say", "blobkit_verdict"]', ""])
 
 
-def _run_codex(codex: str, home: Path, work: Path, key: str, prompt: str, thread: str | None,
+def _run_codex(codex: str, home: Path, work: Path, keys: tuple[str, str], prompt: str, thread: str | None,
                timeout_s: float) -> tuple[str | None, str]:
     """One ``codex exec`` (or ``exec resume THREAD``) turn; (the thread id, the last agent message)."""
     args = [codex, "exec", *(["resume", thread] if thread else []), "--json", "--skip-git-repo-check", prompt]
-    env = {**os.environ, "CODEX_HOME": str(home), KEY_VARIABLE: key}
+    env = {**os.environ, "CODEX_HOME": str(home), KEY_VARIABLE: keys[0], MCP_KEY_VARIABLE: keys[1]}
     try:
         done = subprocess.run(args, cwd=work, env=env, capture_output=True, text=True, timeout=timeout_s,
                               stdin=subprocess.DEVNULL)
@@ -113,7 +115,7 @@ def replay_with_codex(export: Path, kit: Kit, case_id: str | None = None, *, cod
 
     Raises ConfigError when ``codex`` is not on PATH (with the install command) or a Codex turn fails (its error).
     """
-    from blobkit.mcp_world.server import WorldServer, build_server
+    from blobkit.mcp_world.server import WorldServer, http_app
     from blobkit.serving.app import create_app
     from blobkit.serving.engine import LoadedModel
     from blobkit.serving.server import new_api_key
@@ -124,12 +126,12 @@ def replay_with_codex(export: Path, kit: Kit, case_id: str | None = None, *, cod
         raise ConfigError(f"the Codex CLI ({codex!r}) is not on PATH: npm install -g @openai/codex@{TESTED_VERSION}")
     world = WorldServer(kit, case_id, shared=True)
     model = LoadedModel("blobkit", Path(export))
-    key = new_api_key()
+    key, mcp_key = new_api_key(), new_api_key()
     shadow = Shadow(NAMESPACE, tuple(world.tool_names()))
     try:
         with tempfile.TemporaryDirectory(prefix="blobkit-codex-") as scratch, \
                 _serving(create_app({"blobkit": model}, key, shadow)) as model_port, \
-                _serving(build_server(world).streamable_http_app(host="127.0.0.1")) as mcp_port:
+                _serving(http_app(world, mcp_key)) as mcp_port:
             home, work = Path(scratch, "home"), Path(scratch, "work")
             home.mkdir()
             work.mkdir()
@@ -141,7 +143,7 @@ def replay_with_codex(export: Path, kit: Kit, case_id: str | None = None, *, cod
             session = world.session("episode")
             prompt, thread = world.instruction(), None
             for _ in range(len(world.case.task.turns) + 1):
-                thread, text = _run_codex(found, home, work, key, prompt, thread, timeout_s)
+                thread, text = _run_codex(found, home, work, (key, mcp_key), prompt, thread, timeout_s)
                 said = session.say(text)
                 if said.reply is None:
                     break

@@ -9,8 +9,9 @@ What a client sees:
 * **instructions** — the world's system prompt; **prompt** ``case`` — the case's request, the opening user message.
 
 Every session runs on its own copy of the seed (:class:`~blobkit.mcp_world.session.WorldSession`): over stdio one
-process is one session; over streamable HTTP each ``Mcp-Session-Id`` is one (the SDK's handshake era: the
-2026-07-28 single-exchange era keeps no session, so world tools refuse it). When the server stops, every
+process is one session; over streamable HTTP (every request with ``Authorization: Bearer KEY``) each
+``Mcp-Session-Id`` is one (the SDK's handshake era: the 2026-07-28 single-exchange era keeps no session, so world
+tools refuse it). When the server stops, every
 session is scored and, with ``record``, written as a trajectory file ``blobkit eval --trajectories`` reads.
 """
 
@@ -187,13 +188,37 @@ def serve_stdio(world: WorldServer) -> None:
     anyio.run(run)
 
 
-def serve_http(world: WorldServer, host: str, port: int, announce: Callable[[str], None]) -> None:
-    """Serve over streamable HTTP at ``/mcp`` until interrupted; ``announce`` receives the URL once bound."""
+def http_app(world: WorldServer, api_key: str) -> Any:
+    """The streamable-HTTP ASGI app at ``/mcp``, answering only requests with ``Authorization: Bearer API_KEY``
+    (401 otherwise, before the SDK sees the request)."""
+    import hmac
+
+    inner = build_server(world).streamable_http_app(host="127.0.0.1")
+    expected = f"Bearer {api_key}".encode()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(given, expected):
+                body = json.dumps({"error": "missing or wrong API key: send Authorization: Bearer KEY (the key "
+                                            "blobkit mcp printed, or the one in its --api-key-env variable)"}).encode()
+                await send({"type": "http.response.start", "status": 401, "headers": [
+                    (b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await inner(scope, receive, send)
+
+    return app
+
+
+def serve_http(world: WorldServer, api_key: str, host: str, port: int, announce: Callable[[str], None]) -> None:
+    """Serve over streamable HTTP at ``/mcp`` (:func:`http_app`) until interrupted; ``announce`` receives the URL
+    once bound."""
     import uvicorn
 
     from blobkit.service.server import bind
 
-    app = build_server(world).streamable_http_app(host=host)
+    app = http_app(world, api_key)
     sock = bind(host, port)
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
