@@ -259,3 +259,14 @@ def test_a_merged_lora_export_loads_with_auto_model_for_causal_lm_and_computes_w
     ids = torch.tensor([tokenizer("Where is my order 50123?")["input_ids"]])
     with torch.inference_mode():
         assert torch.allclose(merged(ids).logits, peft_model(ids).logits, atol=1e-5)
+
+
+def test_sampling_with_a_seed_repeats_and_greedy_ignores_it(endpoint: Any, retail_kit: Any) -> None:
+    case = _case(retail_kit)
+    args = {"model": "tiny", "messages": case.prompt.messages, "max_tokens": 8}
+
+    def text(**extra: Any) -> str | None:
+        return endpoint.chat.completions.create(**args, **extra).choices[0].message.content
+
+    assert text(temperature=1.0, seed=3) == text(temperature=1.0, seed=3)
+    assert text(temperature=0, seed=1) == text(temperature=0, seed=2)

@@ -63,25 +63,29 @@ class LoadedModel:
 
         Raises ServingError when the export's chat template cannot render the conversation.
         """
+        import secrets
+
         import torch
+        from jinja2 import TemplateError
 
         from trainers.episode_decode import ModelTurns
         from trainers.errors import ToolFormatError
         from trainers.turns import TurnRequest
 
         cap = max_tokens or self.max_new_tokens
-        generator = torch.Generator().manual_seed(seed if seed is not None else 0) if temperature > 0 else None
+        seeded = seed if seed is not None else secrets.randbits(63)  # no seed: a fresh draw, as OpenAI samples
+        generator = torch.Generator().manual_seed(seeded) if temperature > 0 else None
         policy = ModelTurns(self.model, self.tokenizer, cap, temperature, generator, slots=1,
                             tool_format=self.tool_format)
-        try:
-            with self.lock:
+        with self.lock:
+            try:
                 prompt = prompt_ids(self.tokenizer, messages, tools)
-                policy.begin()
-                text = policy.next_turns([TurnRequest(0, messages, tools)])[0]
-                decoded = policy.decoded[0][-1]
-                policy.done()
-        except (ToolFormatError, ValueError, TypeError, KeyError) as exc:
-            raise ServingError(f"the export's chat template cannot render this conversation: {exc}") from None
+            except (TemplateError, ToolFormatError, ValueError, TypeError, KeyError) as exc:  # the template refused it
+                raise ServingError(f"the export's chat template cannot render this conversation: {exc}") from None
+            policy.begin()
+            text = policy.next_turns([TurnRequest(0, messages, tools)])[0]
+            decoded = policy.decoded[0][-1]
+            policy.done()
         stopped = _cut(text, stop or [])
         parsed = self.tool_format.parse(stopped)
         reason = "tool_calls" if parsed.tool_calls else (
