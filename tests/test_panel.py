@@ -5,6 +5,7 @@ upload limit shown as a message, and the library records the pages show."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -275,30 +276,63 @@ def test_build_kit_shows_the_commands_and_a_download_whose_sha256_matches(panel:
 # --------------------------------------------------------------------------- held-out cases
 
 
-def test_a_per_case_record_as_the_evaluation_writes_it_reads_as_a_whole_conversation(retail_kit: Any) -> None:
-    """The panel's typed case record accepts what :meth:`EpisodeResult.to_json` writes (drift fails here), and it
-    holds the customer, the agent's calls with their arguments, the observations and the verdict."""
-    import json
-
+def _reference_episode(kit: Any) -> dict[str, Any]:
+    """A held-out case run by a scripted agent replaying the reference trajectory, as eval_cases_*.json holds it."""
     from blobkit.adversaries import trajectories
-    from blobkit.service.panel.cases import CaseResult
     from trainers.evaluation import run_episode
     from trainers.formats import FORMATS
     from trainers.turns import PerTurn
 
-    line = next(trajectories(retail_kit, "reference", ("eval",)))
+    line = next(trajectories(kit, "reference", ("eval",)))
     texts = iter("".join(f"<tool_call>\n{json.dumps(c['function'])}\n</tool_call>" for c in m.get("tool_calls") or [])
                  or m["content"] for m in line["messages"] if m["role"] == "assistant")
-    case = next(c for c in retail_kit.cases("eval") if c.case_id == line["case_id"])
-    runtime = retail_kit.world().runtime()
+    case = next(c for c in kit.cases("eval") if c.case_id == line["case_id"])
+    runtime = kit.world().runtime()
     try:
         agent = PerTurn(lambda messages, tools: next(texts, "Done."), FORMATS["hermes"])
-        result = run_episode(agent, runtime, case, 12)
+        return dict(json.loads(json.dumps(run_episode(agent, runtime, case, 12).to_json())))
     finally:
         runtime.close()
-    record = CaseResult.model_validate(json.loads(json.dumps(result.to_json())))
+
+
+def test_a_per_case_record_as_the_evaluation_writes_it_reads_as_a_whole_conversation(retail_kit: Any) -> None:
+    """The panel's typed case record accepts what :meth:`EpisodeResult.to_json` writes (drift fails here), and it
+    holds the customer, the agent's calls with their arguments, the observations and the verdict."""
+    from blobkit.service.panel.cases import CaseResult
+
+    record = CaseResult.model_validate(_reference_episode(retail_kit))
     roles = [m.role for m in record.messages]
     assert roles[:2] == ["system", "user"] and "assistant" in roles and "tool" in roles
     calls = [call for m in record.messages for call in m.tool_calls or []]
     assert calls and [c.function.name for c in calls] == [event.tool for event in record.trace]
     assert record.verdict.outcome == "pass" and record.passed
+
+
+def test_a_case_uploaded_as_evidence_opens_as_a_readable_conversation_for_its_workspace_only(
+        panel: Panel, retail_kit: Any) -> None:
+    """Through the worker API: claim the job, upload eval_cases_rl.json (a reference episode's record), and the
+    case page shows the customer, the agent's tool calls with their arguments, the observations and the verdict."""
+    made = create_worker(panel.store, "acme", "w", "http://testserver")
+    worker = TestClient(panel.app, headers={"X-API-Key": made.token})
+    claimed = worker.post("/api/v1/workers/claim", json={"bases": ["tiny"]})
+    assert claimed.status_code == 200, claimed.text
+    attempt_id, job_id = claimed.json()["attempt"]["attempt_id"], claimed.json()["job_id"]
+    episode = _reference_episode(retail_kit)
+    body = json.dumps([episode]).encode()
+    uploaded = worker.put(f"/api/v1/attempts/{attempt_id}/artifacts/eval_cases_rl.json", content=body,
+                          headers={"X-Content-SHA256": hashlib.sha256(body).hexdigest()})
+    assert uploaded.status_code == 201, uploaded.text
+    client, _ = panel.signed_in(panel.key)
+    url = f"/twin/{panel.env_id}/jobs/{job_id}/cases/rl/{episode['case_id']}"
+    page = client.get(url)
+    assert page.status_code == 200, page.text[:500]
+    assert page.text.count('class="msg user"') >= 1 and page.text.count('class="msg agent"') >= 1
+    first_call = next(m for m in episode["messages"] if m.get("tool_calls"))["tool_calls"][0]["function"]
+    assert f"Tool call <code>{first_call['name']}</code>" in page.text
+    for name, value in first_call["arguments"].items():
+        assert f"&#34;{name}&#34;: " in page.text and str(value) in page.text
+    assert page.text.count('class="msg tool"') == len(episode["trace"]) > 0
+    assert 'id="case-verdict">pass<' in page.text
+    other, _ = panel.signed_in(panel.other_key)
+    assert other.get(url).status_code == 404
+    assert client.get(f"/twin/{panel.env_id}/jobs/{job_id}/cases/rl/no-such-case").status_code == 404

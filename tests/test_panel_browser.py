@@ -28,6 +28,10 @@ TRAIN_S = 1500
 SMALL = {"epochs": "1", "steps": "1", "train_cases_per_task": "2", "eval_cases_per_task": "2"}
 
 pytestmark = pytest.mark.slow
+UNLABELLED = """Array.from(document.querySelectorAll('input:not([type=hidden]), select, textarea, button'))
+  .filter(el => !(el.labels && el.labels.length) && !el.getAttribute('aria-label') && !el.textContent.trim())
+  .map(el => el.outerHTML)"""
+"""Form controls without a label, an aria-label or text (none may be)."""
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +43,7 @@ def browser() -> Iterator[Any]:
 def _sign_in(page: Any, url: str, key: str) -> None:
     """Sign in from the keyboard: focus the key field, type the key, press Enter."""
     page.goto(url + "/")
-    page.focus("#api_key")
-    page.keyboard.type(key)
-    page.keyboard.press("Enter")
+    _sign_in_to(page, key)
     page.wait_for_selector("text=Upload a world")
 
 
@@ -122,8 +124,10 @@ def test_the_whole_flow_sign_in_upload_connect_a_worker_train_verify_read_result
 
         page.locator("#cases a.verdict-link").last.click()
         page.wait_for_selector("#conv-h")
-        for who in ("Customer", "Agent", "Tool call", "Observation from"):
-            assert page.locator(f".who:has-text('{who}')").count() > 0, who
+        for who in ("Customer", "Agent"):  # the tiny model may write no well-formed tool call: see test_panel.py
+            assert page.locator(f".msg .who:has-text('{who}')").count() > 0, who
+        calls, observations = page.locator(".call").count(), page.locator(".msg.tool").count()
+        assert observations >= calls  # every call the agent made is answered by an observation
         assert page.locator("#case-verdict").inner_text() in ("pass", "fail")
         assert page.locator("#case-reason").inner_text()
         shots.take(page, "case-conversation")
@@ -195,3 +199,62 @@ def _cancel_a_second_job(page: Any, server: Server, env_id: str, shots: Shots) -
     page.wait_for_selector("#job-status:has-text('cancelled')")
     assert "cancelled from the Train panel" in page.locator("#live").inner_text()
     shots.take(page, "second-job-cancelled")
+
+
+def test_in_the_browser_forms_need_their_token_other_workspaces_see_not_found_and_errors_are_messages(
+        tmp_path: Path, browser: Any) -> None:
+    shots = Shots(artifacts_dir("guards"))
+    server = start_server(tmp_path / "store", tmp_path / "serve.log")
+    try:
+        key, other = create_key(server.store, "acme"), create_key(server.store, "globex")
+        with server.client(key, timeout=300) as client:
+            env_id = client.post("/api/v1/twin/environments", content=RETAIL.read_bytes()).json()["env_id"]
+            job = client.post(f"/api/v1/twin/environments/{env_id}/training-jobs",
+                              json={"launch": "worker", "base_model": "tiny", **{k: int(v) for k, v in SMALL.items()}})
+            assert job.status_code == 202, job.text
+        job_url = f"{server.url}/twin/{env_id}/jobs/{job.json()['job_id']}"
+
+        page = browser.new_context(viewport={"width": 390, "height": 844}).new_page()
+        page.goto(job_url)  # signed out: the sign-in page, which returns to the job afterwards
+        assert page.locator("h1").inner_text() == "Sign in"
+        _sign_in_to(page, key)
+        page.wait_for_url(job_url)
+        assert "blobkit_session" not in page.evaluate("document.cookie")
+        assert page.locator("#job-status").inner_text() == "queued" and _no_horizontal_scroll(page)
+        shots.take(page, "job-390px")
+        page.goto(f"{server.url}/twin/{env_id}")
+        assert _no_horizontal_scroll(page)
+        assert page.evaluate(UNLABELLED) == []
+        shots.take(page, "environment-390px")
+
+        page.goto(job_url)
+        page.evaluate("document.querySelector('#cancel-form [name=csrf]').remove()")
+        page.click("#cancel-form button")
+        assert "security token is missing" in page.locator(".alert").inner_text()
+        shots.take(page, "csrf-refused")
+        page.goto(job_url)
+        assert page.locator("#job-status").inner_text() == "queued"  # nothing was done
+
+        page.goto(server.url + "/")
+        big = tmp_path / "world.json"
+        big.write_bytes(b"{" + b" " * (1 << 20) + b"}")
+        page.set_input_files("#world", str(big))
+        page.click("text=Upload and inspect")
+        assert "blobkit company train --source ./world.json" in page.locator(".alert").inner_text()
+        shots.take(page, "upload-too-large")
+
+        stranger = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+        stranger.goto(server.url + "/")
+        _sign_in_to(stranger, other)
+        stranger.goto(job_url)
+        assert stranger.locator("h1").inner_text() == "Not found" and "Timberline" not in stranger.content()
+        shots.take(stranger, "other-workspace-not-found")
+    finally:
+        server.stop()
+
+
+def _sign_in_to(page: Any, key: str) -> None:
+    page.focus("#api_key")
+    page.keyboard.type(key)
+    page.keyboard.press("Enter")
+    page.wait_for_load_state()

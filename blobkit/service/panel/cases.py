@@ -154,6 +154,11 @@ def case_rows(store: ServiceStore, workspace: str, job: TrainingJob) -> list[Cas
             for case_id, template in order]
 
 
+def models_in(rows: list[CaseRow]) -> list[str]:
+    """The models (of base, sft, rl, in that order) that ran any of ``rows``."""
+    return [model for model in MODEL_FILES if any(model in row.by_model for row in rows)]
+
+
 def one_case(store: ServiceStore, workspace: str, job: TrainingJob, model: str, case_id: str) -> CaseResult:
     """One model's run of one case; NotFoundError when it did not run it."""
     found = next((c for c in model_cases(store, workspace, job, model) if c.case_id == case_id), None)

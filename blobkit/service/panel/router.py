@@ -30,7 +30,17 @@ from ..transfer import file_response
 from . import cases, views
 from .forms import FORM_BYTES, CsrfError, Posted, check_csrf, page_session, posted, read_form
 from .pages import SECURITY_HEADERS, STATIC, PageRoute, render
-from .sessions import SESSION_COOKIE, SESSION_S, SIGNIN_COOKIE, Session, same_token, session_of, sign_in, sign_out
+from .sessions import (
+    SESSION_COOKIE,
+    SESSION_S,
+    SIGNIN_COOKIE,
+    Session,
+    SignedOut,
+    same_token,
+    session_of,
+    sign_in,
+    sign_out,
+)
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
 STATIC_FILES = {"panel.css": "text/css", "panel.js": "text/javascript"}
@@ -87,7 +97,7 @@ def home(request: Request, store: ServiceStore = Depends(get_store)) -> Response
     """Signed in: the workspace's environments and the upload form. Signed out: the sign-in form."""
     try:
         session = session_of(store, request.cookies.get(SESSION_COOKIE))
-    except Exception:  # noqa: BLE001 - any failure to find a session means: sign in
+    except SignedOut:
         return _sign_in_page(request)
     return _environments_page(request, store, session)
 
@@ -105,7 +115,7 @@ async def sign_in_form(request: Request, store: ServiceStore = Depends(get_store
         return _sign_in_page(request, f"{exc}", status_of(exc), target)
     response = _redirect(_safe_next(target))
     _cookie(response, request, SESSION_COOKIE, token, SESSION_S)
-    response.delete_cookie(SIGNIN_COOKIE, path="/")
+    response.delete_cookie(SIGNIN_COOKIE, path="/", httponly=True, samesite="strict")
     return response
 
 
@@ -239,9 +249,10 @@ def _job_context(store: ServiceStore, session: Session, env_id: str, job_id: str
     env = environments.get_environment(store, workspace, env_id)
     job = jobs.get_job(store, workspace, env_id, job_id)
     done = job.status in views.TERMINAL
+    rows = cases.case_rows(store, workspace, job) if done and job.launch == "worker" else []
     return {"session": session, "env": env, "job": job, "terminal": done, "charts": views.charts(job),
             "bars": views.rate_bars(job), "replay_words": views.replay_words(job),
-            "case_rows": cases.case_rows(store, workspace, job) if done and job.launch == "worker" else [],
+            "case_rows": rows, "case_models": cases.models_in(rows),
             "artifacts": {a.name: a for a in job.artifacts}, "model_names": cases.MODEL_NAMES,
             "events": [e for a in job.attempts for e in a.events][-40:]}
 
