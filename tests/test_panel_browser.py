@@ -256,5 +256,5 @@ def test_in_the_browser_forms_need_their_token_other_workspaces_see_not_found_an
 def _sign_in_to(page: Any, key: str) -> None:
     page.focus("#api_key")
     page.keyboard.type(key)
-    page.keyboard.press("Enter")
-    page.wait_for_load_state()
+    with page.expect_navigation():
+        page.keyboard.press("Enter")
