@@ -214,18 +214,28 @@ def test_in_the_browser_forms_need_their_token_other_workspaces_see_not_found_an
             assert job.status_code == 202, job.text
         job_url = f"{server.url}/twin/{env_id}/jobs/{job.json()['job_id']}"
 
-        page = browser.new_context(viewport={"width": 390, "height": 844}).new_page()
+        context = browser.new_context(viewport={"width": 390, "height": 844}, locale="en-US",
+                                      timezone_id="Asia/Tokyo", permissions=["clipboard-read", "clipboard-write"])
+        page = context.new_page()
         page.goto(job_url)  # signed out: the sign-in page, which returns to the job afterwards
         assert page.locator("h1").inner_text() == "Sign in"
         _sign_in_to(page, key)
         page.wait_for_url(job_url)
         assert "blobkit_session" not in page.evaluate("document.cookie")
         assert page.locator("#job-status").inner_text() == "queued" and _no_horizontal_scroll(page)
+        created = page.locator("time").first
+        assert _local_text(page, created.get_attribute("datetime"), "Asia/Tokyo") == \
+            created.inner_text().replace("\u202f", " ")  # the viewer's time zone, not the server's UTC
         shots.take(page, "job-390px")
         page.goto(f"{server.url}/twin/{env_id}")
         assert _no_horizontal_scroll(page)
         assert page.evaluate(UNLABELLED) == []
         shots.take(page, "environment-390px")
+        page.click("text=Create worker connection")
+        page.focus("button[data-copy=worker-command]")
+        page.keyboard.press("Enter")
+        page.wait_for_selector("button[data-copy=worker-command]:has-text('Copied')")
+        assert page.evaluate("navigator.clipboard.readText()") == page.locator("#worker-command").inner_text().strip()
 
         page.goto(job_url)
         page.evaluate("document.querySelector('#cancel-form [name=csrf]').remove()")
@@ -251,6 +261,15 @@ def test_in_the_browser_forms_need_their_token_other_workspaces_see_not_found_an
         shots.take(stranger, "other-workspace-not-found")
     finally:
         server.stop()
+
+
+def _local_text(page: Any, iso: str, zone: str) -> str:
+    """How en-US writes ``iso`` in ``zone`` (month/day/year, 12-hour clock), as toLocaleString does."""
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    when = datetime.fromisoformat(iso).astimezone(ZoneInfo(zone))
+    return f"{when.month}/{when.day}/{when.year}, {int(when.strftime('%I'))}:{when:%M:%S} {when:%p}"
 
 
 def _sign_in_to(page: Any, key: str) -> None:
