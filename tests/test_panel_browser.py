@@ -146,8 +146,10 @@ def test_the_whole_flow_sign_in_upload_connect_a_worker_train_verify_read_result
         page.set_viewport_size({"width": 1280, "height": 900})
 
         assert worker.wait(120) == 0, (tmp_path / "worker.log").read_text()[-3000:]
+        worker = _cancel_a_second_job(page, server, env_id, shots, command, tmp_path)
+        # the worker stopped the cancelled job at a safe point and exits non-zero (its job did not succeed)
+        assert worker.wait(300) == 1, (tmp_path / "worker-2.log").read_text()[-3000:]
         worker = None
-        _cancel_a_second_job(page, server, env_id, shots)
     finally:
         if worker is not None and worker.poll() is None:
             worker.kill()
@@ -158,6 +160,7 @@ def test_the_whole_flow_sign_in_upload_connect_a_worker_train_verify_read_result
 def _watch(page: Any, shots: Shots) -> list[str]:
     """Follow the job page until it ends; returns the distinct (status, stage) states it showed, as text."""
     seen: list[str] = []
+    published = False
     deadline = time.monotonic() + TRAIN_S
     while time.monotonic() < deadline:
         status = page.locator("#job-status").inner_text()
@@ -166,8 +169,10 @@ def _watch(page: Any, shots: Shots) -> list[str]:
         if not seen or seen[-1] != state:
             seen.append(state)
             shot = shots.take(page, f"job-{state.replace(':', '-')}")
-            if status == "running" and page.locator(".chart-svg .dot").count() >= 2:
-                Shots.publish(shot, "job-progress.png")  # the README's: the latest running state with a chart
+            charted = status == "running" and stage != "job" and page.locator(".chart-svg .dot").count() >= 2
+            if charted and (stage == "rl" or not published):  # the README's: training under way, with a chart
+                Shots.publish(shot, "job-progress.png")
+                published = True
         if page.locator("[data-terminal=true]").count():
             return seen
         time.sleep(1.0)
@@ -186,7 +191,9 @@ def _read_results(page: Any) -> None:
     assert page.locator("#cases tbody tr").count() > 0 and page.locator("#attempts tbody tr").count() == 1
 
 
-def _cancel_a_second_job(page: Any, server: Server, env_id: str, shots: Shots) -> None:
+def _cancel_a_second_job(page: Any, server: Server, env_id: str, shots: Shots, command: str,
+                         tmp_path: Path) -> subprocess.Popen[str]:
+    """Queue a second job, start the printed worker command again, and cancel the job once it runs."""
     page.goto(f"{server.url}/twin/{env_id}#train")
     page.wait_for_selector("#base_model option[value=tiny]", state="attached")
     _fill_small_job(page)
@@ -194,11 +201,20 @@ def _cancel_a_second_job(page: Any, server: Server, env_id: str, shots: Shots) -
     page.wait_for_url(re.compile(r"/jobs/tj_[0-9a-f]+$"), timeout=120_000)
     assert page.locator("#job-status").inner_text() == "queued"
     shots.take(page, "second-job-queued")
+    worker = _start_worker(command, tmp_path, tmp_path / "worker-2.log")
+    page.wait_for_selector("#job-status:has-text('running')", timeout=120_000)
+    shots.take(page, "second-job-running")
     page.focus("#cancel-form button")
-    page.keyboard.press("Enter")
-    page.wait_for_selector("#job-status:has-text('cancelled')")
+    with page.expect_navigation():
+        page.keyboard.press("Enter")
+    if page.locator("#job-status").inner_text() == "running":
+        page.wait_for_selector("text=Cancel requested")
+        shots.take(page, "second-job-cancel-requested")
+    page.wait_for_selector("#job-status:has-text('cancelled')", timeout=300_000)
     assert "cancelled from the Train panel" in page.locator("#live").inner_text()
+    assert page.locator("#attempts tbody tr").count() == 1
     shots.take(page, "second-job-cancelled")
+    return worker
 
 
 def test_in_the_browser_forms_need_their_token_other_workspaces_see_not_found_and_errors_are_messages(
