@@ -1,0 +1,53 @@
+"""Real worlds, second round (issue 28): what a public retail policy and a library desk needed of the format.
+
+Each item on a small world built in code (``worlds.py``), with the right declaration and the wrong one a world's
+author would first write.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import write_world
+from worlds import library_world, small_world
+
+from blobkit.errors import WorldFormatError
+from world_format.loader import load_world
+
+
+def _load(tmp_path: Path, document: dict[str, Any]) -> Any:
+    return load_world(write_world(tmp_path / "w", document))
+
+
+# ----------------------------------------------------------------- item 4: seed rows load in dependency order
+
+
+def test_seed_rows_load_in_dependency_order_not_declaration_order(tmp_path: Path) -> None:
+    world = small_world()
+    world["state"]["tables"].reverse()  # orders (referencing customers) declared first
+    loaded = _load(tmp_path, world)
+    runtime = loaded.runtime()
+    try:
+        assert runtime.pristine.execute("SELECT count(*) FROM orders").fetchone() == (60,)
+    finally:
+        runtime.close()
+
+
+def test_a_reference_to_a_missing_row_is_still_refused_whatever_the_order(tmp_path: Path) -> None:
+    world = small_world()
+    world["state"]["tables"].reverse()
+    world["state"]["rows"]["orders"][3][1] = 999
+    with pytest.raises(WorldFormatError, match="rows/orders/3: references a missing customers row"):
+        _load(tmp_path, world)
+
+
+def test_a_self_reference_may_name_a_later_row(tmp_path: Path) -> None:
+    world = library_world()
+    patrons = world["state"]["tables"][0]
+    patrons["columns"].append({"name": "sponsor_id", "type": "INTEGER", "references": "patrons.id"})
+    rows = world["state"]["rows"]["patrons"]
+    for index, row in enumerate(rows):
+        row.append(rows[(index + 1) % len(rows)][0])  # each patron sponsored by the next one
+    assert _load(tmp_path, world).world.state.tables[0].columns[-1].name == "sponsor_id"
