@@ -51,3 +51,45 @@ def test_a_self_reference_may_name_a_later_row(tmp_path: Path) -> None:
     for index, row in enumerate(rows):
         row.append(rows[(index + 1) % len(rows)][0])  # each patron sponsored by the next one
     assert _load(tmp_path, world).world.state.tables[0].columns[-1].name == "sponsor_id"
+
+
+# ----------------------------------------------------------------- item 3: which reference owns a row is declared
+
+
+def _with_items(owner: str | None) -> dict[str, Any]:
+    """The shop with order items that reference their product *before* their order (the owner)."""
+    world = small_world()
+    state = world["state"]
+    state["tables"].insert(0, {"name": "products", "columns": [
+        {"name": "id", "type": "INTEGER", "primary_key": True}, {"name": "title", "type": "TEXT", "not_null": True}]})
+    items: dict[str, Any] = {"name": "order_items", "columns": [
+        {"name": "id", "type": "INTEGER", "primary_key": True},
+        {"name": "product_id", "type": "INTEGER", "not_null": True, "references": "products.id"},
+        {"name": "order_id", "type": "INTEGER", "not_null": True, "references": "orders.id"}]}
+    if owner is not None:
+        items["owner"] = owner
+    state["tables"].append(items)
+    state["rows"]["products"] = [[i, f"Product {i}"] for i in range(1, 6)]
+    state["rows"]["order_items"] = [[i, 1 + i % 5, 100 + i % 60] for i in range(1, 121)]
+    return world
+
+
+def test_a_table_referencing_several_tables_must_declare_its_owner(tmp_path: Path) -> None:
+    with pytest.raises(WorldFormatError, match=r"/state/tables/3/owner: .*\['product_id', 'order_id'\]: declare"):
+        _load(tmp_path, _with_items(None))
+    with pytest.raises(WorldFormatError, match="owner 'title' is not a column of 'order_items' that references"):
+        _load(tmp_path, _with_items("title"))
+
+
+def test_the_declared_owner_decides_the_entity_whatever_the_column_order(tmp_path: Path) -> None:
+    from world_format.entities import Entities
+
+    loaded = _load(tmp_path, _with_items("order_id"))
+    runtime = loaded.runtime()
+    try:
+        entities = Entities(loaded.world, runtime.pristine)
+        order = runtime.pristine.execute("SELECT customer_id FROM orders WHERE id = 107").fetchone()[0]
+        assert entities.root("order_items", 7) == ("customers", order)  # item 7 is of order 107, not product 3
+        assert entities.root("products", 3) == ("products", 3)
+    finally:
+        runtime.close()

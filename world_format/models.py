@@ -106,6 +106,10 @@ class Table(StrictModel):
     checks: tuple[str, ...] = Field(default=(), max_length=16)
     """CHECK constraints: SQL expressions over a row's columns that every row must satisfy (a write that breaks
     one is refused), e.g. "seats_left >= 0"."""
+    owner: Identifier | None = None
+    """The column whose reference owns this table's rows: a row belongs to the entity of the row it names (a loan to
+    its patron, not to the copy it lends). Required when the table references more than one other table; null
+    with one such reference, that one."""
 
     @model_validator(mode="after")
     def _has_a_primary_key(self) -> Table:
