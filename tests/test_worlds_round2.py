@@ -93,3 +93,24 @@ def test_the_declared_owner_decides_the_entity_whatever_the_column_order(tmp_pat
         assert entities.root("products", 3) == ("products", 3)
     finally:
         runtime.close()
+
+
+# ------------------------------------------------------------- item 5: the task cap is a setting that says what it cut
+
+
+def test_the_task_cap_is_a_setting_and_coverage_names_the_write_it_cut(tmp_path: Path) -> None:
+    import re
+
+    from blobkit.builder import BuildConfig
+    from blobkit.builder.builder import execute_build
+
+    path = write_world(tmp_path / "w", small_world())
+    small = BuildConfig(max_tasks=2, train_cases_per_task=2, eval_cases_per_task=1)
+    coverage = execute_build(path, small).record["tool_coverage"]
+    cut = {name: entry["reason"] for name, entry in coverage.items() if "task cap cut it" in entry.get("reason", "")}
+    assert "set_tier" in cut, coverage  # the only write no authored task makes
+    needed = int(re.search(r"raise --max-tasks to (\d+)", cut["set_tier"]).group(1))  # type: ignore[union-attr]
+    assert needed > 2
+    raised = execute_build(path, small.model_copy(update={"max_tasks": needed})).record["tool_coverage"]
+    assert raised["set_tier"]["cases"] > 0
+    assert BuildConfig(max_tasks=40).max_tasks == 40  # above the old fixed 12
