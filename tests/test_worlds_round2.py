@@ -114,3 +114,96 @@ def test_the_task_cap_is_a_setting_and_coverage_names_the_write_it_cut(tmp_path:
     raised = execute_build(path, small.model_copy(update={"max_tasks": needed})).record["tool_coverage"]
     assert raised["set_tier"]["cases"] > 0
     assert BuildConfig(max_tasks=40).max_tasks == 40  # above the old fixed 12
+
+
+# ------------------------------------------------------- item 5: list arguments and choices among the customer's rows
+
+
+def _shop_with_items_and_payments() -> dict[str, Any]:
+    """The shop, identified by email, with order items (a return names several) and the customers' payment methods
+    (an order is paid with another of *your* methods)."""
+    world = _with_items("order_id")
+    state = world["state"]
+    state["tables"].append({"name": "payment_methods", "columns": [
+        {"name": "id", "type": "TEXT", "primary_key": True},
+        {"name": "customer_id", "type": "INTEGER", "not_null": True, "references": "customers.id"}]})
+    state["rows"]["payment_methods"] = [[f"card_{c}{n}", c] for c in range(1, 25) for n in range(2)]
+    state["tables"][2]["columns"].append({"name": "payment_method_id", "type": "TEXT",
+                                          "references": "payment_methods.id"})
+    state["tables"][2]["owner"] = "customer_id"
+    for order in state["rows"]["orders"]:
+        order.append(f"card_{order[1]}0")
+    state["tables"][3]["columns"].append({"name": "returned", "type": "INTEGER", "not_null": True, "default": 0})
+    for item in state["rows"]["order_items"]:
+        item.append(0)
+    integer = {"type": "integer", "description": "Order id"}
+    exists = {"sql": "SELECT COUNT(*) FROM orders WHERE id = :order_id", "error": "no order with that id"}
+    world["tools"] += [
+        {"name": "return_items", "description": "Return items of a delivered order.", "effect": "write",
+         "parameters": {"type": "object", "additionalProperties": False, "required": ["order_id", "item_ids"],
+                        "properties": {"order_id": integer, "item_ids": {
+                            "type": "array", "items": {"type": "integer"}, "description": "Items to return"}}},
+         "preconditions": [exists, {"sql": "SELECT status = 'delivered' FROM orders WHERE id = :order_id",
+                                    "error": "only delivered orders", "explanation": "it has not been delivered"}],
+         "statements": ["UPDATE order_items SET returned = 1 WHERE order_id = :order_id AND id IN "
+                        "(SELECT value FROM json_each(:item_ids))"],
+         "result": {"shape": "affected"}, "anchors": {"order_id": "orders.id", "item_ids": "order_items.id"},
+         "action": "return items {item_ids} of {row}"},
+        {"name": "change_payment", "description": "Pay a pending order with another payment method.",
+         "effect": "write",
+         "parameters": {"type": "object", "additionalProperties": False,
+                        "required": ["order_id", "payment_method_id"],
+                        "properties": {"order_id": integer, "payment_method_id": {
+                            "type": "string", "description": "One of the customer's payment methods"}}},
+         "preconditions": [exists, {"sql": "SELECT status = 'pending' FROM orders WHERE id = :order_id",
+                                    "error": "only pending orders", "explanation": "it is no longer pending"}],
+         "statements": ["UPDATE orders SET payment_method_id = :payment_method_id WHERE id = :order_id"],
+         "result": {"shape": "affected"},
+         "anchors": {"order_id": "orders.id", "payment_method_id": "payment_methods.id"},
+         "action": "pay for {row} with {payment_method_id}"}]
+    world["tools"][0]["statements"] = ["SELECT id, customer_id, status, total, payment_method_id FROM orders "
+                                       "WHERE id = :order_id"]
+    world["procedures"] = {"identify": "find_customer_by_email", "check_before_write": True}
+    world["tasks"] = []
+    return world
+
+
+def test_minting_fills_list_arguments_with_the_rows_children_and_choices_with_the_customers_own_rows(
+        tmp_path: Path) -> None:
+    import json
+
+    from blobkit.builder import BuildConfig
+    from blobkit.builder.builder import execute_build
+
+    path = write_world(tmp_path / "w", _shop_with_items_and_payments())
+    built = execute_build(path, BuildConfig(max_tasks=40, train_cases_per_task=4, eval_cases_per_task=2))
+    coverage = built.record["tool_coverage"]
+    assert coverage["return_items"]["cases"] > 0 and coverage["change_payment"]["cases"] > 0, coverage
+    loaded = load_world(path)
+    runtime = loaded.runtime()
+    try:
+        cases = [json.loads(line) for name in ("train_cases.jsonl", "eval_cases.jsonl")
+                 for line in built.files[name].decode().splitlines()]
+        returns = [c for c in cases if any(s["tool"] == "return_items" and not s.get("expect_error")
+                                           for s in c["task"]["reference"])]
+        payments = [c for c in cases if any(s["tool"] == "change_payment" and not s.get("expect_error")
+                                            for s in c["task"]["reference"])]
+        assert returns and payments
+        for case in returns:
+            step = next(s for s in case["task"]["reference"] if s["tool"] == "return_items")
+            items, order = step["arguments"]["item_ids"], case["task"]["anchor"]["key"]
+            own = [row[0] for row in runtime.pristine.execute(
+                "SELECT id FROM order_items WHERE order_id = ? ORDER BY id", (order,))]
+            assert items == own[:2] and all(str(item) in case["task"]["instruction"] for item in items)
+            called = next(c for c in case["task"]["vcode"]["checks"] if c["kind"] == "tool_called"
+                          and c["tool"] == "return_items")
+            assert called["list_match"] == "multiset"
+        for case in payments:
+            step = next(s for s in case["task"]["reference"] if s["tool"] == "change_payment")
+            method, order = step["arguments"]["payment_method_id"], case["task"]["anchor"]["key"]
+            customer, current = runtime.pristine.execute("SELECT customer_id, payment_method_id FROM orders "
+                                                         "WHERE id = ?", (order,)).fetchone()
+            assert method.startswith(f"card_{customer}") and method != current  # another of *their* methods
+            assert method in case["task"]["instruction"]
+    finally:
+        runtime.close()
