@@ -207,3 +207,74 @@ def test_minting_fills_list_arguments_with_the_rows_children_and_choices_with_th
             assert method in case["task"]["instruction"]
     finally:
         runtime.close()
+
+
+# ----------------------------------------------------------------- item 1: several ways to identify, multi-column keys
+
+
+def _two_ways_world() -> dict[str, Any]:
+    """The shop, whose customers identify by email or by name and zip code."""
+    world = small_world()
+    customers = world["state"]["tables"][0]
+    customers["columns"].append({"name": "zip", "type": "TEXT", "not_null": True, "label": "zip code"})
+    for row in world["state"]["rows"]["customers"]:
+        row.append(f"{94100 + row[0]}")
+    world["state"]["anchors"][0].update(natural_keys=["email", "name", "zip"], internal_key=True)
+    text = {"type": "string", "maxLength": 200}
+    world["tools"].append({
+        "name": "find_customer_by_name_zip", "description": "Find a customer by full name and zip code.",
+        "effect": "read", "parameters": {"type": "object", "additionalProperties": False, "required": ["name", "zip"],
+                                         "properties": {"name": {**text, "description": "Full name"},
+                                                        "zip": {**text, "description": "Zip code"}}},
+        "statements": ["SELECT id, name, email, tier, zip FROM customers WHERE name = :name AND zip = :zip"],
+        "result": {"shape": "row", "not_found": "no such customer"},
+        "anchors": {"name": "customers.name", "zip": "customers.zip"}})
+    world["tools"][1]["statements"] = ["SELECT id, name, email, tier, zip FROM customers WHERE id = :customer_id"]
+    world["tools"][2]["statements"] = ["SELECT id, name, email, tier, zip FROM customers WHERE email = :email"]
+    world["procedures"] = {"identify": ["find_customer_by_email", "find_customer_by_name_zip"],
+                           "check_before_write": True}
+    world["tasks"] = [{
+        "instruction": "My name is Chloe Smith2 and my zip code is 94102. What is my tier?",
+        "anchor": {"table": "customers", "key": 2},
+        "reference": [{"tool": "find_customer_by_name_zip", "arguments": {"name": "Chloe Smith2", "zip": "94102"}}],
+        "answer": "Your tier is bronze.",
+        "vcode": {"checks": [{"kind": "tool_called", "tool": "find_customer_by_name_zip",
+                              "arguments": {"name": "Chloe Smith2", "zip": "94102"}},
+                             {"kind": "answer", "mode": "contains", "value": "bronze", "field": "customers.tier"},
+                             {"kind": "unchanged_except"}]}}]
+    return world
+
+
+def test_a_world_may_identify_its_customers_several_ways_and_minting_uses_each(tmp_path: Path) -> None:
+    import json
+
+    from blobkit.builder import BuildConfig
+    from blobkit.builder.builder import execute_build
+
+    path = write_world(tmp_path / "w", _two_ways_world())
+    built = execute_build(path, BuildConfig(max_tasks=12, train_cases_per_task=6, eval_cases_per_task=2))
+    authored = [json.loads(line) for line in built.files["tasks.jsonl"].decode().splitlines()
+                if json.loads(line)["source"] == "authored"]
+    # identified by name and zip: admitted, no procedure violation (it was dropped as one before)
+    assert authored and not authored[0]["rejected_because"] and authored[0]["cases"]["train"] + \
+        authored[0]["cases"]["eval"] == 1, authored
+    cases = [json.loads(line) for name in ("train_cases.jsonl", "eval_cases.jsonl")
+             for line in built.files[name].decode().splitlines()]
+    first = {c["task"]["reference"][0]["tool"] for c in cases if c["task"]["template"] != "authored"}
+    assert {"find_customer_by_email", "find_customer_by_name_zip"} <= first
+    by_name = next(c for c in cases if c["task"]["template"] != "authored"
+                   and c["task"]["reference"][0]["tool"] == "find_customer_by_name_zip")
+    arguments = by_name["task"]["reference"][0]["arguments"]
+    assert f"My name is {arguments['name']} and my zip code is {arguments['zip']}." in by_name["task"]["instruction"]
+    assert all(c["probes"]["unidentified"] in ("fail", "n/a") for c in cases)
+
+
+def test_identifications_must_find_rows_of_one_identity_table_by_natural_keys(tmp_path: Path) -> None:
+    world = _two_ways_world()
+    world["procedures"]["identify"] = ["find_customer_by_email", "get_order"]
+    with pytest.raises(WorldFormatError, match=r"/procedures/identify/1: 'get_order' must find a row of an anchor "):
+        _load(tmp_path, world)
+    world["state"]["anchors"][0]["natural_keys"] = ["email", "name"]
+    world["procedures"]["identify"] = ["find_customer_by_email", "find_customer_by_name_zip"]
+    with pytest.raises(WorldFormatError, match=r"identify/1: .*customers.'zip' is not one"):
+        _load(tmp_path, world)

@@ -610,11 +610,13 @@ class Procedures(StrictModel):
     verifiers require them, and the gate's policy-skip probes (a chain without the step) must fail. A write the
     customer must confirm is declared on the tool (``confirm``)."""
 
-    identify: Identifier | None = None
-    """The read tool that verifies who the customer is (row-shaped, one required parameter anchored to a natural
-    key of the identity table, e.g. find_customer_by_email). Every call naming a row that belongs to a row of
-    that table (following owning foreign keys: a customer's orders and their items) must come after a
-    successful call of it that returned that row; minted chains start with it. Null: no identification."""
+    identify: Identifier | tuple[Identifier, ...] | None = None
+    """The read tool that verifies who the customer is (row-shaped, its required parameters anchored to natural
+    keys of the identity table, e.g. find_customer_by_email), or several, any of which identifies them (by email,
+    or by name and zip code: find_customer_by_name_zip with two parameters). Every call naming a row that belongs
+    to a row of that table (following owning foreign keys: a customer's orders and their items) must come after a
+    successful call of one of them that returned that row; minted chains start with one (seeded per case). Null:
+    no identification."""
     check_before_write: bool = False
     """Whether a write is attempted only when its preconditions hold: where one does not, the agent reads the
     row, does not call the write, and explains in its own words (the precondition's ``explanation``)."""
@@ -626,7 +628,7 @@ class Procedures(StrictModel):
     @property
     def declared(self) -> bool:
         """Whether any procedure is declared."""
-        return self.identify is not None or self.check_before_write
+        return bool(self.identify) or self.check_before_write
 
 
 class World(StrictModel):
