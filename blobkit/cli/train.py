@@ -181,6 +181,9 @@ def replay(model: Path = typer.Option(..., "--model", help="An export directory.
            kit: Path = typer.Option(..., "--kit", help="Kit directory or archive."),
            case: str | None = typer.Option(None, "--case", help="Held-out case id (default: the first)."),
            max_turns: int | None = typer.Option(None, "--max-turns", help="Turn cap (default: the export's own)."),
+           harness: str | None = typer.Option(None, "--harness", help="Replay inside an agent harness instead of "
+                                                                     "blobkit's loop: codex (the Codex CLI on PATH, "
+                                                                     "shadow mode)."),
            as_json: bool = typer.Option(False, "--json", help="Print the episode as JSON.")) -> None:
     """Load an exported model fresh and replay one held-out workflow; exit 1 when its verifier fails it.
 
@@ -190,7 +193,12 @@ def replay(model: Path = typer.Option(..., "--model", help="An export directory.
     from world_format.kit import open_kit
 
     with open_kit(kit) as opened:
-        result, manifest = replay_case(model, opened, case, max_turns=max_turns)
+        if harness is not None:
+            from blobkit.harness.cli import harness_replay
+
+            result, manifest = harness_replay(harness, model, opened, case)
+        else:
+            result, manifest = replay_case(model, opened, case, max_turns=max_turns)
         prompt = next(c for c in opened.cases("eval") if c.case_id == result.case_id).task.instruction
     if as_json:
         echo_json(replay_record(result, manifest))
