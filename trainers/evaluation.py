@@ -88,10 +88,12 @@ class EpisodeResult:
         return any(not event.error and event.effect == "write" for event in self.trace)
 
     def to_json(self) -> dict[str, Any]:
-        """The per-case record of eval_cases_*.json (and of ``blobkit replay --json``)."""
+        """The per-case record of eval_cases_*.json (and of ``blobkit replay --json``), with the whole conversation
+        (``messages``, the kit's row format) so a reader sees what the customer and the agent said."""
         return {"case_id": self.case_id, "template": self.template, "verdict": self.verdict.to_json(),
                 "passed": self.passed, "answer": self.answer, "turns": self.turns,
-                "parse_failures": self.parse_failures, "trace": [event.to_json() for event in self.trace]}
+                "parse_failures": self.parse_failures, "trace": [event.to_json() for event in self.trace],
+                "messages": list(self.messages)}
 
 
 def case_entity(case: KitCase) -> str:

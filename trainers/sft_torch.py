@@ -226,6 +226,19 @@ def _recorders(stop: Stop | None) -> tuple[list[Any], list[tuple[int, float]], l
     return [_LossRecorder(), _StopHook()], losses, stopped
 
 
+def _loss_log(log: Log) -> Any:
+    """A callback that logs ``step N/M: loss X`` each time the trainer records the loss (as the mlx trainer
+    prints it), so a job's progress events carry the loss per step while SFT runs."""
+    from transformers import TrainerCallback
+
+    class _LossLog(TrainerCallback):  # type: ignore[misc]
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any) -> None:
+            if logs and "loss" in logs:
+                log(f"step {int(state.global_step)}/{int(state.max_steps)}: loss {float(logs['loss']):.4f}")
+
+    return _LossLog()
+
+
 def _save(trained: Any, tokenizer: Any, out_dir: Path, lora: bool) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     trained.save_pretrained(out_dir, safe_serialization=True)
@@ -326,7 +339,8 @@ class TorchSFTTrainer:
         log(f"training ({'full weights' if config.full else f'LoRA rank {config.lora_rank}'}) on "
             f"{len(self.rows)} examples")
         checkpoint = config.out / "checkpoint"
-        result = train_sft(Path(self.base["name_or_path"]), self.rows, checkpoint, config, stop=budget.step_stop)
+        result = train_sft(Path(self.base["name_or_path"]), self.rows, checkpoint, config, stop=budget.step_stop,
+                           callbacks=[_loss_log(log)])
         atomic_write_json(checkpoint / "train_config.json", config.as_json())
         return FitResult(checkpoint, result.kind, self.base, result.optimizer_steps, result.train_seconds,
                          result.loss_history, result.stopped_by)
