@@ -106,6 +106,12 @@ class TrainConfig(BaseModel):
     prefilled once, each episode keeping its KV cache across its turns, their decode steps run as one batch. 1
     decodes one episode at a time. Greedy turns do not depend on it (bit for bit on one CPU thread, where models
     under 50 M parameters decode)."""
+    pass_k: int = Field(0, ge=0, le=16)
+    """After the end evaluation, attempt every held-out case this many more times, sampled at
+    ``pass_k_temperature``, and report pass^k (all attempts pass) beside pass@1 (:mod:`trainers.pass_k`). 0 turns
+    it off; 3 is the issue's pass^3."""
+    pass_k_temperature: float = Field(0.7, gt=0)
+    """Sampling temperature of the pass^k attempts."""
     eval_limit: int | None = Field(None, ge=1)
     """Evaluate at most this many held-out cases (default: all)."""
     init_adapter: Path | None = None

@@ -322,6 +322,10 @@ class EvalSummary:
             seen.setdefault(result.case_id, result)
         return list(seen.values())
 
+    def outcomes(self) -> dict[str, tuple[bool, str]]:
+        """``{case_id: (passed, entity)}`` of the distinct cases: what :func:`trainers.paired.compare` pairs."""
+        return {r.case_id: (r.passed, r.entity) for r in self.distinct()}
+
     @property
     def pass_rate(self) -> float:
         """Share of distinct cases the verifier passed (0.0 for none), rounded to 4 places."""

@@ -50,6 +50,7 @@ from .evaluation import EpisodeResult, EvalSummary, run_episodes
 from .export import verify_export
 from .fit import FitResult
 from .generation import Decoded
+from .report import paired
 from .turns import TurnPolicy, TurnRequest
 
 MAX_GRAD_NORM = 1.0
@@ -328,7 +329,8 @@ class GRPOTrainer:
             evals = {"base": previous["base"], **evals}
         return {
             **evals,
-            f"rl_minus_{label}": {"pass_rate": round(end.pass_rate - start.pass_rate, 4), "cases": len(end.results)},
+            f"rl_minus_{label}": {"pass_rate": round(end.pass_rate - start.pass_rate, 4), "cases": len(end.results),
+                                  "paired": paired(start, end, label, "rl").model_dump(mode="json")},
             "optimizer_updates": fit.optimizer_updates, "steps_completed": fit.details["steps_completed"],
             "steps_planned": config.steps, "stopped_by": fit.stopped_by, "model_calls": fit.details["model_calls"],
             "eval_model_calls": start.model_calls + end.model_calls, "active_seconds": fit.details["active_seconds"],

@@ -20,6 +20,8 @@ from pydantic import ValidationError
 from blobkit.errors import ConfigError, TargetUnavailableError
 from trainers.config import PRESETS, TrainConfig, read_json_object
 from trainers.intervals import rate_text
+from trainers.paired import PairedComparison
+from trainers.pass_k import PassK
 from trainers.tiny_model import TinyModelConfig
 
 from .options import given, model_options, with_parameters
@@ -92,6 +94,11 @@ def _rows(config: TrainConfig, kit: Any) -> tuple[list[dict[str, Any]], Path]:
 def _summary_line(result: dict[str, Any], out: Path) -> str:
     rates = " -> ".join(f"{name} {rate_text(result[name])}" for name in ("base", "sft", "rl") if name in result)
     stopped = f"; stopped by {result['stopped_by']}" if result.get("stopped_by") else ""
+    compared = [result.get("sft_vs_base")] + [result[key].get("paired") for key in result
+                                              if key.startswith("rl_minus_") and isinstance(result[key], dict)]
+    rates += "".join(f"; {PairedComparison.model_validate(record).text()}" for record in compared if record)
+    rates += "".join(f"; {name} {PassK.model_validate(result[name]['pass_hat_k']).text()}"
+                     for name in ("sft", "rl") if "pass_hat_k" in result.get(name, {}))
     return (f"held-out pass rates {rates}; {result['optimizer_updates']} optimizer updates{stopped}; "
             f"export in {out / 'export'}")
 
