@@ -86,6 +86,19 @@ class TrainConfig(BaseModel):
     """Longest row in tokens; longer rows are an error, never dropped."""
     packing: bool = False
     """Pack rows (padding-free, no cross-example attention)."""
+    shared_prefix: bool = False
+    """SFT on local-torch: run the prefix every row of a batch shares (the system prompt and tool list) once per
+    batch, its KV cache shared by the rows; the same loss and gradients as the padded batch
+    (:mod:`trainers.shared_prefix`). Not with --packing (packed rows share nothing)."""
+    gradient_checkpointing: bool = False
+    """SFT on local-torch: recompute each layer's activations in backward instead of keeping them (about a third
+    more compute, a fraction of the activation memory; plan.json's ``memory`` says what it saves)."""
+    max_batch_tokens: int | None = Field(None, ge=64)
+    """SFT on local-torch: bound the tokens of one forward pass: rows per pass are the largest divisor of
+    batch_size whose longest rows fit, and gradient accumulation keeps batch_size rows per optimizer update."""
+    memory_limit_gb: float | None = Field(None, gt=0)
+    """Memory the run may use (GB); default: 85 % of this machine's (the GPU's on CUDA). A dry run refuses an SFT
+    plan whose estimate (plan.json ``memory``) is over it, naming the settings that would fit."""
     group_by_length: bool = False
     """SFT without packing: batch rows of similar length together (seeded), so little compute goes to padding.
     Faster, but batches of one length are batches of one task shape: from scratch at a high learning rate it
@@ -156,6 +169,12 @@ class TrainConfig(BaseModel):
         if self.target == "local-mlx" and self.method == "sft" and (self.full or self.packing):
             return ("local-mlx trains LoRA adapters without packing; drop --full/--packing or use "
                     "--target local-torch")
+        if self.shared_prefix and self.method == "sft" and (self.packing or self.target == "local-mlx"):
+            return ("--shared-prefix runs SFT's shared prefix once per padded batch on local-torch; drop --packing "
+                    "(packed rows share no prefix) or --shared-prefix, or use --target local-torch")
+        if self.shared_prefix and self.gradient_checkpointing and self.method == "sft":
+            return ("--shared-prefix keeps the prefix's KV cache for the batch's rows, which gradient checkpointing "
+                    "would drop; use one of them (plan.json's memory says what each needs)")
         if self.target == "local-mlx" and self.full:
             return ("GRPO on local-mlx trains a LoRA adapter; drop --full (to start from a fully trained SFT "
                     "model, pass its export with --init-adapter: GRPO trains an adapter on top of it)")
