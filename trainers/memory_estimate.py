@@ -42,6 +42,12 @@ SAVED_PER_TOKEN = {"hidden": 7.0, "kv": 3.0, "intermediate": 4.0}
 """Values backward keeps per token and decoder layer, in multiples of the hidden size, the key/value width and the
 MLP width (norm inputs and outputs, query, rotated query, attention output; keys, values, rotated keys; gate, up,
 activation and product), from the Llama layer's autograd graph."""
+ACTIVATION_FACTOR = 1.9
+"""What one step's peak held per token above the weights, over the values :data:`SAVED_PER_TOKEN` counts, measured:
+SmolLM2-135M-Instruct, LoRA r16, float32, 2 cores (``benchmarks/sft_memory.py --configs 1x256 1x512 2x256 1x1024
+1x2048``, Dec 2026): 0.90, 1.53, 1.55, 2.83 and 5.32 GB, about 2.45 MB per token where the count gives 1.29
+(the adapter's inputs, rotary and attention intermediates, the gradients in flight during backward). The
+padded length showed no quadratic term up to 2,048 tokens (sdpa does not keep the attention matrix)."""
 OVERHEAD_SHARE = 0.15
 """Allocator and framework memory on top of the counted parts."""
 
@@ -97,9 +103,10 @@ def step_parts(arch: Arch, rows: int, length: int, *, checkpointing: bool, prefi
                          + SAVED_PER_TOKEN["intermediate"] * arch.intermediate)
     cache_copies = 2 * width * arch.kv * rows * prefix * arch.layers  # the prefix cache, concatenated per row
     if checkpointing:
-        activations = tokens * arch.layers * arch.hidden * width + tokens * per_token + cache_copies
+        activations = tokens * arch.layers * arch.hidden * width + ACTIVATION_FACTOR * tokens * per_token
     else:
-        activations = tokens * arch.layers * per_token + cache_copies
+        activations = ACTIVATION_FACTOR * tokens * arch.layers * per_token
+    activations += cache_copies
     scored = rows * length if labelled is None else labelled
     logits = min(scored, LOSS_CHUNK) * arch.vocab * 4 * 3
     return {"activations": activations, "logits": logits}
