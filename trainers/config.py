@@ -125,6 +125,10 @@ class TrainConfig(BaseModel):
     it off; 3 is the issue's pass^3."""
     pass_k_temperature: float = Field(0.7, gt=0)
     """Sampling temperature of the pass^k attempts."""
+    decoding: Literal["free", "constrained"] = "free"
+    """How tool calls are decoded in held-out evaluation, GRPO rollouts, pass^k and replay: free, or constrained
+    to the declared tools, their argument schemas and, for arguments that name a row, values the conversation holds
+    (:mod:`trainers.constrained`; hermes-style formats). Recorded in every result; the verifier is the same."""
     eval_limit: int | None = Field(None, ge=1)
     """Evaluate at most this many held-out cases (default: all)."""
     init_adapter: Path | None = None
@@ -175,6 +179,9 @@ class TrainConfig(BaseModel):
         if self.shared_prefix and self.gradient_checkpointing and self.method == "sft":
             return ("--shared-prefix keeps the prefix's KV cache for the batch's rows, which gradient checkpointing "
                     "would drop; use one of them (plan.json's memory says what each needs)")
+        if self.decoding == "constrained" and self.target == "local-mlx" and self.method == "grpo":
+            return ("--decoding constrained masks torch logits; GRPO on local-mlx samples with mlx: use --decoding "
+                    "free there (its evaluations can still be constrained with blobkit eval --model --decoding)")
         if self.target == "local-mlx" and self.full:
             return ("GRPO on local-mlx trains a LoRA adapter; drop --full (to start from a fully trained SFT "
                     "model, pass its export with --init-adapter: GRPO trains an adapter on top of it)")

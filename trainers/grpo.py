@@ -292,6 +292,8 @@ class GRPOTrainer:
         sampler = self.backend.sampler()
         order, runtime = random.Random(config.seed), self.kit.world().runtime()
         try:
+            if config.decoding != "free":
+                _constrain(sampler, config.decoding, runtime.world)
             for step in range(1, config.steps + 1):
                 if budget.exhausted(step_calls):
                     log(f"GRPO stopped before step {step}: {budget.stopped_by}")
@@ -338,6 +340,14 @@ class GRPOTrainer:
             "reward_history": [[step, reward] for step, reward in fit.history],
             "kit_sha256": self.kit.sha256, "group_size": config.group_size, "shaping": None,
         }
+
+
+def _constrain(sampler: Any, decoding: str, world: Any) -> None:
+    """Mask the rollout turns of the torch sampler (:class:`~trainers.episode_decode.ModelTurns`) to the
+    grammar of :mod:`trainers.constrained`; the config refuses constrained GRPO on local-mlx."""
+    from .evaluation import turn_constraint
+
+    sampler.constraint = turn_constraint(decoding, sampler.tokenizer, sampler.tool_format, world)
 
 
 def _previous_eval(config: TrainConfig) -> dict[str, Any]:

@@ -108,14 +108,22 @@ def sampled_attempts(policy_for: Any, runtime: WorldRuntime, cases: Sequence[Kit
     return out
 
 
-def evaluate_pass_k(model: Any, tokenizer: Any, runtime: WorldRuntime, cases: Sequence[KitCase], config: Any) -> PassK:
+def evaluate_pass_k(model: Any, tokenizer: Any, runtime: WorldRuntime, cases: Sequence[KitCase], config: Any,
+                    world: Any = None) -> PassK:
     """pass^k of a loaded model on ``cases``: ``config.pass_k`` sampled evaluations at ``config.pass_k_temperature``
-    (episodes decoded ``config.episode_batch`` at a time, as the greedy evaluation), seeded from ``config.seed``."""
+    (episodes decoded ``config.episode_batch`` at a time, as the greedy evaluation, with ``config.decoding``;
+    ``world`` names the row-naming parameters constrained decoding restricts), seeded from ``config.seed``."""
     from .episode_decode import ModelTurns
+    from .evaluation import turn_constraint
+    from .formats import format_of
+
+    fmt = format_of(tokenizer)
+    constraint = turn_constraint(config.decoding, tokenizer, fmt, world)
 
     def policy_for(generator: Any) -> ModelTurns:
         return ModelTurns(model, tokenizer, config.max_new_tokens, temperature=config.pass_k_temperature,
-                          generator=generator, slots=config.episode_batch)
+                          generator=generator, slots=config.episode_batch, tool_format=fmt, constraint=constraint)
 
     attempts = sampled_attempts(policy_for, runtime, cases, config.max_turns, k=config.pass_k, seed=config.seed)
-    return pass_k_record(attempts, temperature=config.pass_k_temperature, seed=config.seed)
+    return pass_k_record(attempts, temperature=config.pass_k_temperature, seed=config.seed,
+                         decoding=config.decoding)

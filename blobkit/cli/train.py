@@ -188,19 +188,22 @@ def replay(model: Path = typer.Option(..., "--model", help="An export directory.
            kit: Path = typer.Option(..., "--kit", help="Kit directory or archive."),
            case: str | None = typer.Option(None, "--case", help="Held-out case id (default: the first)."),
            max_turns: int | None = typer.Option(None, "--max-turns", help="Turn cap (default: the export's own)."),
+           decoding: str | None = typer.Option(None, "--decoding", help="free or constrained tool calls (default: "
+                                               "the export's own)."),
            as_json: bool = typer.Option(False, "--json", help="Print the episode as JSON.")) -> None:
     """Load an exported model fresh and replay one held-out workflow; exit 1 when its verifier fails it.
 
     Example: blobkit replay --model out/run/export --kit KIT --json
     """
-    from trainers.replay import replay_case, replay_record
+    from trainers.replay import replay_case, replay_record, trained_decoding
     from world_format.kit import open_kit
 
+    used = decoding or trained_decoding(model)
     with open_kit(kit) as opened:
-        result, manifest = replay_case(model, opened, case, max_turns=max_turns)
+        result, manifest = replay_case(model, opened, case, max_turns=max_turns, decoding=used)
         prompt = next(c for c in opened.cases("eval") if c.case_id == result.case_id).task.instruction
     if as_json:
-        echo_json(replay_record(result, manifest))
+        echo_json(replay_record(result, manifest, used))
     else:
         typer.echo(f"case {result.case_id} ({result.template}): {prompt}")
         for event in result.trace:

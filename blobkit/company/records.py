@@ -66,6 +66,8 @@ class Rate(RateRecord):
     """Model turns whose tool call could not be parsed."""
     refusal: Refusal | None = None
     """Refusal errors."""
+    decoding: str | None = None
+    """How its tool calls were decoded: ``free`` or ``constrained`` (trainers.constrained)."""
     pass_hat_k: PassK | None = None
     """k sampled attempts per case (pass^k: all pass) beside this greedy pass@1, when the run asked for them."""
     measured_by: str

@@ -16,7 +16,8 @@ SMALL_HELD_OUT = "held-out too small to mean anything"
 """How a job's check, events and results name a held-out set below the minimum."""
 
 SUMMARY_KEYS = ("pass_rate", "cases", "passed", "entities", "interval_95", "side", "cases_in_side", "coverage",
-                "partial", "duplicates", "per_template", "tool_call_parse_failures", "refusal", "pass_hat_k")
+                "partial", "duplicates", "per_template", "tool_call_parse_failures", "refusal", "pass_hat_k",
+                "decoding")
 
 
 def _summary(evaluation: dict[str, Any], measured_by: str) -> dict[str, Any]:
