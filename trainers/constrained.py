@@ -2,8 +2,8 @@
 
 At every decoding step the tokens that would take the turn outside a grammar are masked out of the logits
 (llguidance, https://github.com/guidance-ai/llguidance, ``LLMatcher`` with a Lark grammar and its ``%json`` JSON
-Schema lexemes; measured against xgrammar and outlines in benchmarks/README.md). The grammar of one turn is
-built from the request itself:
+Schema lexemes: one wheel without dependencies that runs on the CPU with transformers; xgrammar 0.2.8 would pull
+triton and apache-tvm-ffi, and outlines was not tried). The grammar of one turn is built from the request itself:
 
 * a turn is either a final answer or a question (free text that never writes ``<tool_call>``), or one or more
   tool calls, each ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>``, as the format writes them;
