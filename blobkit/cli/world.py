@@ -10,7 +10,7 @@ import typer
 from blobkit.builder import BuildConfig
 
 from .options import given, model_options, with_parameters
-from .output import echo_json, progress, show_progress
+from .output import STAGE_LABELS, echo_json, progress, show_progress, to_stderr
 
 
 def info(path: Path = typer.Argument(..., help="A world directory, a world.json, a kit directory or a kit archive."),
@@ -51,10 +51,21 @@ def build(world: Path = typer.Option(..., "--world", help="World directory or wo
     Example: blobkit build --world examples/retail_desk --out build/ --json
     """
     from blobkit.builder import build_kit
+    from world_format.interrupts import deferred_interrupts
 
     config = BuildConfig(**given(options, BuildConfig))
-    with progress(show_progress(as_json)) as update:
-        record = build_kit(world, out, config, update)
+    with deferred_interrupts() as interrupts, progress(show_progress(as_json)) as update:
+
+        def safe_point(stage: str, done: int, total: int) -> None:
+            # every progress call is a safe point until the kit is published (write 2/2): stopping there writes
+            # nothing, since write_manifested_dir removes its staging folder on the way out
+            if (stage, done) != ("write", total):
+                interrupts.check(f"{STAGE_LABELS.get(stage, stage)} ({done}/{total})")
+            update(stage, done, total)
+
+        record = build_kit(world, out, config, safe_point)
+    if interrupts.received:
+        to_stderr(f"interrupted ({interrupts.received}) after the kit was published: it is complete")
     if as_json:
         echo_json(record)
     else:
