@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import blobkit.cli.world as world_cli
-from blobkit.cli.output import ProgressFn
 from blobkit.cli import main
+from blobkit.cli.output import ProgressFn
 
 
 def run() -> None:

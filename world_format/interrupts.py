@@ -49,10 +49,10 @@ class Interrupts:
         if self.notify is not None:
             self.notify(self.first_notice)
 
-    def check(self, where: str) -> None:
-        """Raise InterruptError ``interrupted (SIGNAL) during WHERE; nothing was written`` once a signal arrived."""
+    def check(self, where: str, written: str = "nothing was written") -> None:
+        """Raise InterruptError ``interrupted (SIGNAL) during WHERE; WRITTEN`` once a signal arrived."""
         if self.received:
-            raise InterruptError(f"interrupted ({self.received}) during {where}; nothing was written")
+            raise InterruptError(f"interrupted ({self.received}) during {where}; {written}")
 
     def reason(self) -> str | None:
         """``"interrupt"`` once a signal arrived, else None (a :data:`trainers.budget.Stop`)."""
