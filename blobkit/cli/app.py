@@ -10,7 +10,7 @@ from blobkit.errors import BlobkitError
 
 from . import company, evaluate, runpod, serve, tinker, train, worker, world
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Turn a company's world into a verified training kit, and train small models on it.")
 world.register(app)
 evaluate.register(app)

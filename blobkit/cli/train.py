@@ -23,7 +23,7 @@ from trainers.intervals import rate_text
 from trainers.tiny_model import TinyModelConfig
 
 from .options import given, model_options, with_parameters
-from .output import echo_json, to_stderr
+from .output import echo_json, third_party_output, to_stderr
 
 
 def models(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
@@ -143,6 +143,8 @@ def train(config_file: Path | None = typer.Option(None, "--config", help="A JSON
           preset: str | None = typer.Option(None, "--preset", help=f"Start from a named recipe: "
                                                                    f"{', '.join(sorted(PRESETS))}."),
           as_json: bool = typer.Option(False, "--json", help="Print the plan or the result as JSON."),
+          verbose: bool = typer.Option(False, "--verbose", help="Show the Hugging Face libraries' progress bars and "
+                                       "warnings (by default the warnings go to OUT/train.log)."),
           **options: Any) -> None:
     """Train a model on a kit (SFT or GRPO; local-torch, local-mlx or runpod), evaluate on held-out cases, export.
 
@@ -168,7 +170,8 @@ def train(config_file: Path | None = typer.Option(None, "--config", help="A JSON
         from trainers.runpod import gate_spend
 
         gate_spend(config, os.environ)  # a refusal writes nothing, not even plan.json
-    with deferred_interrupts(to_stderr, INTERRUPT_NOTICE) as interrupts, open_kit(config.kit) as opened:
+    with deferred_interrupts(to_stderr, INTERRUPT_NOTICE) as interrupts, \
+            third_party_output(config.out / "train.log", verbose), open_kit(config.kit) as opened:
         rows, data_path = _rows(config, opened)
         record = plan(config, opened, rows, data_path)
         if config.dry_run:

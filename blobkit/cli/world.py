@@ -79,13 +79,23 @@ def verify(kit: Path = typer.Argument(..., help="Kit directory or .tar.zst archi
            as_json: bool = typer.Option(False, "--json", help="Print the report as JSON.")) -> None:
     """Re-execute every probe and SFT replay of a kit and compare with what it stores (exit 1 if it differs).
 
+    A kit whose files fail their checksums (a flipped byte in the folder or the archive) also exits 1.
+
     Example: blobkit verify build/northwind-retail-train-kit.tar.zst
     """
     from blobkit.verify import verify_kit
+    from world_format.errors import ArchiveError, ChecksumError
     from world_format.kit import open_kit
 
-    with open_kit(kit) as opened, progress(show_progress(as_json)) as update:
-        report = verify_kit(opened, update)
+    try:
+        with open_kit(kit) as opened, progress(show_progress(as_json)) as update:
+            report = verify_kit(opened, update)
+    except (ChecksumError, ArchiveError) as exc:  # the kit is not what it claims to be: a verdict, not bad input
+        if as_json:
+            echo_json({"verified": False, "mismatches": [str(exc)]})
+        else:
+            typer.echo(f"NOT verified: {exc}")
+        raise typer.Exit(1) from None
     if as_json:
         echo_json(report)
     else:
