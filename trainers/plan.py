@@ -29,6 +29,7 @@ from .formats import Choice, apply_tool_format
 from .grounding import with_grounding_repeats
 from .grpo import step_model_calls
 from .memory import unified_memory_estimate
+from .preflight import preflight, rows_too_long
 
 
 def validate_rows(loaded: LoadedWorld, rows: list[dict[str, Any]]) -> None:
@@ -173,13 +174,17 @@ def rollout_budget(config: TrainConfig) -> dict[str, Any]:
 
 
 def plan(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], data_path: Path) -> dict[str, Any]:
-    """Validate everything and write OUT/plan.json; raise on any problem."""
+    """Validate everything and write OUT/plan.json; raise on any problem, writing nothing.
+
+    The :mod:`trainers.preflight` checks run first (the output folder can be written, the base can be
+    loaded without downloading anything here), so a run that cannot start fails before any work.
+    """
+    preflight(config)
     base = resolve_base(config.base, config.revision)
     validate_rows(kit.world(), rows)
     tokens, choice, counts = _count_tokens(base, rows, config)
     if tokens.get("rows_over_max_length"):
-        raise ConfigError(f"rows {tokens['rows_over_max_length'][:10]} are longer than --max-length "
-                          f"{config.max_length} tokens; raise it (rows are never dropped)")
+        raise rows_too_long(config, tokens["rows_over_max_length"], tokens["max_row_tokens"])
     extra = (len(with_grounding_repeats(rows, config.grounding_repeats, config.answer_quote_repeats)) - len(rows)
              if config.method == "sft" else 0)
     steps_per_epoch = -(-(len(rows) + extra) // config.batch_size)

@@ -25,7 +25,7 @@ from trainers.pass_k import PassK
 from trainers.tiny_model import TinyModelConfig
 
 from .options import given, model_options, with_parameters
-from .output import echo_json, to_stderr
+from .output import echo_json, third_party_output, to_stderr
 
 
 def models(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
@@ -141,18 +141,28 @@ def _base_lines(record: dict[str, Any]) -> list[str]:
     return lines
 
 
+INTERRUPT_NOTICE = ("interrupted: stopping at the next step boundary, then exporting and evaluating what was "
+                    "trained (again to stop at once)")
+
+
 def train(config_file: Path | None = typer.Option(None, "--config", help="A JSON file of TrainConfig fields (what "
                                                                           "plan.json records under config)."),
           preset: str | None = typer.Option(None, "--preset", help=f"Start from a named recipe: "
                                                                    f"{', '.join(sorted(PRESETS))}."),
           as_json: bool = typer.Option(False, "--json", help="Print the plan or the result as JSON."),
+          verbose: bool = typer.Option(False, "--verbose", help="Show the Hugging Face libraries' progress bars and "
+                                       "warnings (by default the warnings go to OUT/train.log)."),
           **options: Any) -> None:
     """Train a model on a kit (SFT or GRPO; local-torch, local-mlx or runpod), evaluate on held-out cases, export.
 
     Example: blobkit train --world KIT --base out/tiny --method sft --target local-torch --preset tiny --out out/run
+
+    SIGINT or SIGTERM stops training at the next step boundary; what was trained is exported and evaluated,
+    eval.json records stopped_by: interrupt, and the exit code is 130.
     """
     from trainers.plan import plan
     from trainers.run import run_training
+    from world_format.interrupts import deferred_interrupts
     from world_format.kit import open_kit
 
     config = resolve_config(preset, config_file, options)
@@ -167,21 +177,25 @@ def train(config_file: Path | None = typer.Option(None, "--config", help="A JSON
         from trainers.runpod import gate_spend
 
         gate_spend(config, os.environ)  # a refusal writes nothing, not even plan.json
-    with open_kit(config.kit) as opened:
+    with deferred_interrupts(to_stderr, INTERRUPT_NOTICE) as interrupts, \
+            third_party_output(config.out / "train.log", verbose), open_kit(config.kit) as opened:
         rows, data_path = _rows(config, opened)
         record = plan(config, opened, rows, data_path)
         if config.dry_run:
             result: dict[str, Any] = record
         else:
+            interrupts.check("planning", written="only plan.json was written")
             # TRL and transformers print progress dicts on stdout; keep stdout for the result alone
             with contextlib.redirect_stdout(sys.stderr):
-                result = run_training(config, opened, rows, record, to_stderr)
+                result = run_training(config, opened, rows, record, to_stderr, stop=interrupts.reason)
     if as_json:
         echo_json(result)
     elif config.dry_run:
         typer.echo(_plan_line(record, config.out, refusal))
     else:
         typer.echo(_summary_line(result, config.out))
+    if interrupts.received:
+        raise typer.Exit(130)  # everything was written; the exit code says the run did not go as far as asked
 
 
 def replay(model: Path = typer.Option(..., "--model", help="An export directory."),
