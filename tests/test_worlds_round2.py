@@ -278,3 +278,46 @@ def test_identifications_must_find_rows_of_one_identity_table_by_natural_keys(tm
     world["procedures"]["identify"] = ["find_customer_by_email", "find_customer_by_name_zip"]
     with pytest.raises(WorldFormatError, match=r"identify/1: .*customers.'zip' is not one"):
         _load(tmp_path, world)
+
+
+# ------------------------------------------------------------- item 7: episodes long enough for the chains they teach
+
+
+def test_the_turn_cap_is_derived_from_the_kit_and_a_cap_below_a_case_is_refused(kit_path: Path,
+                                                                                tmp_path: Path) -> None:
+    from trainers.config import TrainConfig
+    from trainers.episode_limit import EPISODE_SLACK, case_turns, episode_limit
+    from trainers.errors import ConfigError
+    from world_format.kit import open_kit
+
+    with open_kit(kit_path) as kit:
+        cases = kit.cases("train") + kit.cases("eval")
+        needed = max(case_turns(case) for case in cases)
+        longest = max(cases, key=case_turns)
+        assert needed == len(longest.task.reference) + len(longest.task.turns) + 1 and needed >= 3
+        derived, record = episode_limit(TrainConfig(kit=kit_path, out=tmp_path), kit)
+        assert derived.max_turns == needed + EPISODE_SLACK and record["derived"] and record["cases_over_limit"] == 0
+        assert episode_limit(TrainConfig(kit=kit_path, out=tmp_path, max_turns=needed), kit)[0].max_turns == needed
+        with pytest.raises(ConfigError, match=rf"--max-turns {needed - 1} is below the {needed} assistant turns case "):
+            episode_limit(TrainConfig(kit=kit_path, out=tmp_path, max_turns=needed - 1), kit)
+        short, record = episode_limit(TrainConfig(kit=kit_path, out=tmp_path, max_turns=1, short_episodes=True), kit)
+        assert short.max_turns == 1 and record["cases_over_limit"] == len(cases)
+
+
+def test_a_dry_run_refuses_a_cap_below_what_a_case_needs_and_records_a_derived_one(kit_path: Path,
+                                                                                   tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from blobkit.cli import app
+
+    runner = CliRunner()
+    common = ["train", "--world", str(kit_path), "--base", "HuggingFaceTB/SmolLM2-135M-Instruct", "--dry-run"]
+    refused = runner.invoke(app, [*common, "--max-turns", "2", "--out", str(tmp_path / "a")])
+    assert refused.exit_code != 0 and "is below the" in str(refused.exception)
+    assert not (tmp_path / "a" / "plan.json").exists()
+    planned = runner.invoke(app, [*common, "--out", str(tmp_path / "b")])
+    assert planned.exit_code == 0, planned.output
+    plan = json.loads((tmp_path / "b" / "plan.json").read_text())
+    assert plan["episode_limit"]["derived"] and plan["config"]["max_turns"] == plan["episode_limit"]["max_turns"]

@@ -24,6 +24,7 @@ from world_format.loaded import LoadedWorld
 
 from .catalog import ResolvedBase, resolve_base
 from .config import TrainConfig
+from .episode_limit import episode_limit
 from .errors import ConfigError
 from .formats import Choice, apply_tool_format
 from .grounding import with_grounding_repeats
@@ -149,7 +150,9 @@ def rollout_budget(config: TrainConfig) -> dict[str, Any]:
 
 
 def plan(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], data_path: Path) -> dict[str, Any]:
-    """Validate everything and write OUT/plan.json; raise on any problem."""
+    """Validate everything and write OUT/plan.json; raise on any problem (a ``max_turns`` below what a case needs is
+    one, :mod:`trainers.episode_limit`). plan.json records the config with its turn cap resolved."""
+    config, limit = episode_limit(config, kit)
     base = resolve_base(config.base, config.revision)
     validate_rows(kit.world(), rows)
     tokens, choice = _count_tokens(base, rows, config)
@@ -169,6 +172,7 @@ def plan(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], data_path: P
         "estimated_optimizer_steps": math.ceil(steps_per_epoch * config.epochs) if config.method == "sft"
         else config.steps,
         "vram_estimate_gb": base.vram_estimate_gb(config.method),
+        "episode_limit": limit,
     }
     if tokens.get("tokenized"):
         # grounding examples are prefixes of their rows: counted at their row's mean length, an upper bound

@@ -29,7 +29,7 @@ def replay_case(export: Path, kit: Kit, case_id: str | None = None, *, max_turns
     if chosen is None:
         raise ConfigError(f"no held-out case {case_id!r} in {kit.root}")
     trained = _trained_config(Path(export))
-    turns = max_turns or trained.max_turns
+    turns = max_turns or trained.turn_cap
     tokens = max_new_tokens or trained.max_new_tokens
     runtime = kit.world().runtime()
     try:
@@ -59,7 +59,7 @@ def evaluate_export(export: Path, kit: Kit, *, limit: int | None = None) -> Eval
     runtime = kit.world().runtime()
     try:
         return evaluate_cases(model_policy(model, tokenizer, trained.max_new_tokens, trained.episode_batch), runtime,
-                              kit.cases("eval")[:limit], trained.max_turns)
+                              kit.cases("eval")[:limit], trained.turn_cap)
     finally:
         runtime.close()
 
