@@ -52,6 +52,7 @@ def test_cli_refuses_sft_on_runpod_with_advice(
     assert fake.requests == [] and fake.live_pods() == []
 
 
+@pytest.mark.usefixtures("cached_hub_bases")  # a hub base plans only where its files are (trainers/preflight.py)
 def test_dry_run_writes_the_launch_plan(
         fake: FakeRunPod, kit_path: Path, adapter: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -74,6 +75,7 @@ def test_dry_run_writes_the_launch_plan(
     assert fake.count("POST", "/v2/pods") == 0 and fake.live_pods() == []
 
 
+@pytest.mark.usefixtures("cached_hub_bases")  # a hub base plans only where its files are (trainers/preflight.py)
 def test_dry_run_without_a_key_says_why_the_price_is_unknown(
         kit_path: Path, adapter: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
