@@ -321,3 +321,42 @@ def test_a_dry_run_refuses_a_cap_below_what_a_case_needs_and_records_a_derived_o
     assert planned.exit_code == 0, planned.output
     plan = json.loads((tmp_path / "b" / "plan.json").read_text())
     assert plan["episode_limit"]["derived"] and plan["config"]["max_turns"] == plan["episode_limit"]["max_turns"]
+
+
+# ----------------------------------------------------------------- the fourth example: a library desk using all of it
+
+
+def test_the_library_desk_builds_twice_identically_past_the_old_cap_and_uses_items_1_to_7(tmp_path: Path) -> None:
+    import json
+
+    from conftest import ROOT
+
+    from blobkit.builder import BuildConfig, build_kit
+    from blobkit.verify import verify_kit
+    from world_format.kit import open_kit
+
+    world = ROOT / "examples" / "library_desk" / "world.json"
+    config = BuildConfig(max_tasks=24)
+    first, second = (build_kit(world, tmp_path / name, config) for name in ("a", "b"))
+    assert first["kit"]["sha256"] == second["kit"]["sha256"]
+    assert first["tasks_count"] > 12  # more tool-using tasks than the old fixed cap
+    coverage = first["tool_coverage"]
+    for used in ("find_patron_by_email", "find_patron_by_name_zip", "renew_loans", "pay_fine", "set_home_branch"):
+        assert coverage[used]["cases"] > 0, (used, coverage[used])
+    with open_kit(Path(first["kit"]["archive"])) as kit:
+        assert verify_kit(kit)["verified"]
+        cases = kit.cases("train") + kit.cases("eval")
+        assert all(verdict in ("fail", "n/a", "changed") for case in cases for name, verdict in case.probes.items())
+        loaded = kit.world()
+        assert loaded.world.state.table("loans").owner == "card_number"  # type: ignore[union-attr]
+        paid = [c for c in cases if c.task.turns and c.task.turns[0].confirms
+                and c.task.turns[0].confirms.tool == "pay_fine"]
+        assert paid and all("$" in c.task.turns[0].assistant for c in paid)  # the question states the amount
+        rows = [json.loads(line) for line in kit.path("sft.jsonl").read_text().splitlines()]
+        from world_format.procedure_check import report_of
+
+        runtime = loaded.runtime()
+        try:
+            assert report_of(runtime, rows)["violating_rows"] == 0  # no confirmation omits a detail
+        finally:
+            runtime.close()
