@@ -360,3 +360,37 @@ def test_the_library_desk_builds_twice_identically_past_the_old_cap_and_uses_ite
             assert report_of(runtime, rows)["violating_rows"] == 0  # no confirmation omits a detail
         finally:
             runtime.close()
+
+
+# ----------------------------------------------------------------- item 9: a safe arithmetic built-in
+
+
+@pytest.mark.parametrize(("expression", "result"), [
+    ("1193.51 - 25.5 * 2", "1142.51"), ("0.1 + 0.2", "0.3"), ("(3 + 4) * -2", "-14"), ("10 / 4", "2.5"),
+    ("1 / 3", "0.3333333333333333333333333333333333")])
+def test_calculate_evaluates_arithmetic_exactly(expression: str, result: str) -> None:
+    from world_format.arithmetic import calculate
+
+    assert calculate(expression) == result
+
+
+def test_the_calculate_builtin_answers_a_call_and_runs_no_code(tmp_path: Path) -> None:
+    world = small_world()
+    world["tools"].append({"name": "calculate", "description": "Evaluate an arithmetic expression.", "effect": "none",
+                           "builtin": "calculate", "result": {"shape": "recorded"},
+                           "parameters": {"type": "object", "additionalProperties": False, "required": ["expression"],
+                                          "properties": {"expression": {"type": "string", "maxLength": 500,
+                                                                        "description": "e.g. 12.5 * 3"}}}})
+    runtime = _load(tmp_path, world).runtime()
+    try:
+        with runtime.episode() as episode:
+            assert episode.call("calculate", {"expression": "19.99 * 3 - 5"}).observation == {"result": "54.97"}
+            for bad in ("__import__('os').system('true')", "2 ** 8", "1 / 0", "(1 + 2", ""):
+                event = episode.call("calculate", {"expression": bad})
+                assert event.error and event.observation["error"].startswith("cannot calculate: "), bad
+            assert not episode.changes()
+    finally:
+        runtime.close()
+    world["tools"][-1]["parameters"]["required"] = []
+    with pytest.raises(WorldFormatError, match="calculate builtin takes exactly one required string parameter"):
+        _load(tmp_path / "again", world)
