@@ -52,6 +52,7 @@ examples: venv
 	$(PY) examples/retail_desk/generate.py
 	$(PY) examples/it_helpdesk/generate.py
 	$(PY) examples/airline_desk/generate.py
+	$(PY) examples/library_desk/generate.py
 
 bench: venv
 	$(PY) benchmarks/build_scaling.py

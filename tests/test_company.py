@@ -29,13 +29,13 @@ from blobkit.errors import JobError, JobNotFoundError
 # Tiny settings: a 32-wide, 2-layer model, 2 training cases and 1 held-out case per task, short episodes. The small
 # world's held-out cases concern 2 independent entities, below company inspect's minimum: the tests of the job's
 # mechanics waive it (allow_small_held_out), and their results are marked too small to mean anything.
-EPISODES: dict[str, Any] = {"eval_limit": 2, "max_turns": 2, "max_new_tokens": 16}
+EPISODES: dict[str, Any] = {"eval_limit": 2, "max_turns": 2, "short_episodes": True, "max_new_tokens": 16}
 TINY: dict[str, dict[str, Any]] = {"build": {"train_cases_per_task": 2, "eval_cases_per_task": 1},
                                    "sft": {"epochs": 1, **EPISODES}, "rl": EPISODES,
                                    "tiny": {"hidden_size": 32, "num_layers": 2, "vocab_size": 600}}
 TINY_FLAGS = ["--train-cases", "2", "--eval-cases", "1", "--sft-epochs", "1", "--eval-limit", "2", "--max-turns", "2",
-              "--max-new-tokens", "16", "--tiny-hidden-size", "32", "--tiny-layers", "2", "--tiny-vocab-size", "600",
-              "--allow-small-held-out"]
+              "--short-episodes", "--max-new-tokens", "16", "--tiny-hidden-size", "32", "--tiny-layers", "2",
+              "--tiny-vocab-size", "600", "--allow-small-held-out"]
 WAIT_S = 240.0
 
 

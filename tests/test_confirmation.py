@@ -171,10 +171,12 @@ def test_every_example_kit_has_no_row_whose_confirmation_omits_a_detail_and_a_ch
 def test_every_admitted_case_fails_the_unconfirmed_agents(example_kits: dict[str, Path]) -> None:
     with open_kit(example_kits[AIRLINE]) as kit:
         cases = kit.cases("train") + kit.cases("eval")
-    for agent in ("unconfirmed", "unconfirmed-empty", "unconfirmed-statement", "unconfirmed-other",
-                  "unconfirmed-vague"):
+    for agent in ("unconfirmed", "unconfirmed-empty", "unconfirmed-statement", "unconfirmed-other"):
         applied = [case.probes[agent] for case in cases if case.probes[agent] != "n/a"]
         assert len(applied) == sum(1 for c in cases if c.task.turns) and set(applied) == {"fail"}, agent
+    # leaving the last detail out applies wherever the other details do not already state it
+    vague = [case.probes["unconfirmed-vague"] for case in cases if case.probes["unconfirmed-vague"] != "n/a"]
+    assert len(vague) >= sum(1 for c in cases if c.task.turns) - 2 and set(vague) == {"fail"}
 
 
 @pytest.mark.parametrize(("text", "problem"), [

@@ -199,7 +199,8 @@ def test_a_tiny_local_mlx_run_through_the_cli_exports_a_trained_peft_adapter(
     result = CliRunner().invoke(app, [
         "train", "--kit", str(kit_path), "--data", str(data), "--base", str(tiny_dir), "--method", "sft",
         "--target", "local-mlx", "--out", str(out), "--epochs", "1", "--batch-size", "4", "--lr", "1e-2",
-        "--lora-rank", str(RANK), "--seed", "0", "--eval-limit", "2", "--max-new-tokens", "16", "--max-turns", "2"])
+        "--lora-rank", str(RANK), "--seed", "0", "--eval-limit", "2", "--max-new-tokens", "16", "--max-turns", "2",
+        "--short-episodes"])
     assert result.exit_code == 0, result.output
     report = json.loads((out / "eval.json").read_text())
     assert set(report) == {"base", "sft", "optimizer_updates", "stopped_by", "train_seconds", "loss_history",
@@ -379,7 +380,8 @@ def test_a_tiny_local_mlx_grpo_run_through_the_cli_updates_stops_at_the_call_bud
     result = CliRunner().invoke(app, [
         "train", "--world", str(kit_path), "--data", str(data), "--base", str(tiny_dir), "--init-adapter", str(start),
         "--out", str(out), "--steps", "6", "--batch-size", "4", "--group-size", "4", "--max-turns", "2",
-        "--max-new-tokens", "8", "--eval-limit", "2", "--max-model-calls", "20", "--lr", "1e-2", "--seed", "3"])
+        "--short-episodes", "--max-new-tokens", "8", "--eval-limit", "2", "--max-model-calls", "20", "--lr", "1e-2",
+        "--seed", "3"])
     assert result.exit_code == 0, result.output
     report = json.loads((out / "eval.json").read_text())
     assert set(report) == GRPO_REPORT_KEYS

@@ -267,7 +267,8 @@ def test_smollm2_goes_through_sft_grpo_evaluation_export_reload_and_replay_on_th
         assert seen and seen[0] and json.dumps(seen[0]) in expected
 
         common = ["--world", str(kit_dir), "--base", SMOLLM2, "--target", "local-torch", "--preset", "lora",
-                  "--eval-limit", "2", "--max-new-tokens", "48", "--max-turns", "3"]
+                  "--eval-limit", "2", "--max-new-tokens", "48", "--max-turns", "3",
+                  "--short-episodes"]
         sft = _cli("train", *common, "--method", "sft", "--data", str(data), "--epochs", "1", "--batch-size", "1",
                    "--lr", "1e-3", "--out", str(tmp_path / "sft"))
         assert sft["optimizer_updates"] == 4 and sft["base"]["cases"] == sft["sft"]["cases"] == 2

@@ -155,10 +155,12 @@ def test_the_seed_products_plain_dry_run_plans_grpo_on_local_mlx_with_its_memory
         "grpo", "local-mlx", "Qwen/Qwen3-8B")
     assert "unsupported" not in saved and "cannot run as configured" not in result.output
     # 100 steps x (8 // 2) prompts x 2 attempts x 6 turns
-    assert saved["rollout_budget"]["max_model_calls"] == 100 * 4 * 2 * 6 == 4800
+    # the turn cap derived from the kit: its longest case (2 calls and the answer) plus 2
+    assert saved["episode_limit"]["derived"] and saved["config"]["max_turns"] == 3 + 2
+    assert saved["rollout_budget"]["max_model_calls"] == 100 * 4 * 2 * 5 == 4000
     memory = saved["unified_memory"]
     assert memory["estimate_gb"] == 44 and memory["mac_memory_gb"] == 63 and "catalog" in memory["how"]
-    assert "4800 model calls" in result.output and "63 GB" in result.output
+    assert "4000 model calls" in result.output and "63 GB" in result.output
 
 
 @pytest.mark.usefixtures("cached_hub_bases")  # a hub base plans only where its files are (trainers/preflight.py)

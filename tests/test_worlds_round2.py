@@ -278,3 +278,119 @@ def test_identifications_must_find_rows_of_one_identity_table_by_natural_keys(tm
     world["procedures"]["identify"] = ["find_customer_by_email", "find_customer_by_name_zip"]
     with pytest.raises(WorldFormatError, match=r"identify/1: .*customers.'zip' is not one"):
         _load(tmp_path, world)
+
+
+# ------------------------------------------------------------- item 7: episodes long enough for the chains they teach
+
+
+def test_the_turn_cap_is_derived_from_the_kit_and_a_cap_below_a_case_is_refused(kit_path: Path,
+                                                                                tmp_path: Path) -> None:
+    from trainers.config import TrainConfig
+    from trainers.episode_limit import EPISODE_SLACK, case_turns, episode_limit
+    from trainers.errors import ConfigError
+    from world_format.kit import open_kit
+
+    with open_kit(kit_path) as kit:
+        cases = kit.cases("train") + kit.cases("eval")
+        needed = max(case_turns(case) for case in cases)
+        longest = max(cases, key=case_turns)
+        assert needed == len(longest.task.reference) + len(longest.task.turns) + 1 and needed >= 3
+        derived, record = episode_limit(TrainConfig(kit=kit_path, out=tmp_path), kit)
+        assert derived.max_turns == needed + EPISODE_SLACK and record["derived"] and record["cases_over_limit"] == 0
+        assert episode_limit(TrainConfig(kit=kit_path, out=tmp_path, max_turns=needed), kit)[0].max_turns == needed
+        with pytest.raises(ConfigError, match=rf"--max-turns {needed - 1} is below the {needed} assistant turns case "):
+            episode_limit(TrainConfig(kit=kit_path, out=tmp_path, max_turns=needed - 1), kit)
+        short, record = episode_limit(TrainConfig(kit=kit_path, out=tmp_path, max_turns=1, short_episodes=True), kit)
+        assert short.max_turns == 1 and record["cases_over_limit"] == len(cases)
+
+
+def test_a_dry_run_refuses_a_cap_below_what_a_case_needs_and_records_a_derived_one(kit_path: Path,
+                                                                                   tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from blobkit.cli import app
+
+    runner = CliRunner()
+    common = ["train", "--world", str(kit_path), "--base", "HuggingFaceTB/SmolLM2-135M-Instruct", "--dry-run"]
+    refused = runner.invoke(app, [*common, "--max-turns", "2", "--out", str(tmp_path / "a")])
+    assert refused.exit_code != 0 and "is below the" in str(refused.exception)
+    assert not (tmp_path / "a" / "plan.json").exists()
+    planned = runner.invoke(app, [*common, "--out", str(tmp_path / "b")])
+    assert planned.exit_code == 0, planned.output
+    plan = json.loads((tmp_path / "b" / "plan.json").read_text())
+    assert plan["episode_limit"]["derived"] and plan["config"]["max_turns"] == plan["episode_limit"]["max_turns"]
+
+
+# ----------------------------------------------------------------- the fourth example: a library desk using all of it
+
+
+def test_the_library_desk_builds_twice_identically_past_the_old_cap_and_uses_items_1_to_7(tmp_path: Path) -> None:
+    import json
+
+    from conftest import ROOT
+
+    from blobkit.builder import BuildConfig, build_kit
+    from blobkit.verify import verify_kit
+    from world_format.kit import open_kit
+
+    world = ROOT / "examples" / "library_desk" / "world.json"
+    config = BuildConfig(max_tasks=24)
+    first, second = (build_kit(world, tmp_path / name, config) for name in ("a", "b"))
+    assert first["kit"]["sha256"] == second["kit"]["sha256"]
+    assert first["tasks_count"] > 12  # more tool-using tasks than the old fixed cap
+    coverage = first["tool_coverage"]
+    for used in ("find_patron_by_email", "find_patron_by_name_zip", "renew_loans", "pay_fine", "set_home_branch"):
+        assert coverage[used]["cases"] > 0, (used, coverage[used])
+    with open_kit(Path(first["kit"]["archive"])) as kit:
+        assert verify_kit(kit)["verified"]
+        cases = kit.cases("train") + kit.cases("eval")
+        assert all(verdict in ("fail", "n/a", "changed") for case in cases for name, verdict in case.probes.items())
+        loaded = kit.world()
+        assert loaded.world.state.table("loans").owner == "card_number"  # type: ignore[union-attr]
+        paid = [c for c in cases if c.task.turns and c.task.turns[0].confirms
+                and c.task.turns[0].confirms.tool == "pay_fine"]
+        assert paid and all("$" in c.task.turns[0].assistant for c in paid)  # the question states the amount
+        rows = [json.loads(line) for line in kit.path("sft.jsonl").read_text().splitlines()]
+        from world_format.procedure_check import report_of
+
+        runtime = loaded.runtime()
+        try:
+            assert report_of(runtime, rows)["violating_rows"] == 0  # no confirmation omits a detail
+        finally:
+            runtime.close()
+
+
+# ----------------------------------------------------------------- item 9: a safe arithmetic built-in
+
+
+@pytest.mark.parametrize(("expression", "result"), [
+    ("1193.51 - 25.5 * 2", "1142.51"), ("0.1 + 0.2", "0.3"), ("(3 + 4) * -2", "-14"), ("10 / 4", "2.5"),
+    ("1 / 3", "0.3333333333333333333333333333333333")])
+def test_calculate_evaluates_arithmetic_exactly(expression: str, result: str) -> None:
+    from world_format.arithmetic import calculate
+
+    assert calculate(expression) == result
+
+
+def test_the_calculate_builtin_answers_a_call_and_runs_no_code(tmp_path: Path) -> None:
+    world = small_world()
+    world["tools"].append({"name": "calculate", "description": "Evaluate an arithmetic expression.", "effect": "none",
+                           "builtin": "calculate", "result": {"shape": "recorded"},
+                           "parameters": {"type": "object", "additionalProperties": False, "required": ["expression"],
+                                          "properties": {"expression": {"type": "string", "maxLength": 500,
+                                                                        "description": "e.g. 12.5 * 3"}}}})
+    runtime = _load(tmp_path, world).runtime()
+    try:
+        with runtime.episode() as episode:
+            assert episode.call("calculate", {"expression": "19.99 * 3 - 5"}).observation == {"result": "54.97"}
+            for bad in ("__import__('os').system('true')", "2 ** 8", "1 / 0", "(1 + 2", ""):
+                event = episode.call("calculate", {"expression": bad})
+                assert event.error and event.observation["error"].startswith("cannot calculate: "), bad
+            assert not episode.changes()
+    finally:
+        runtime.close()
+    world["tools"][-1]["parameters"]["required"] = []
+    with pytest.raises(WorldFormatError, match="calculate builtin takes exactly one required string parameter"):
+        _load(tmp_path / "again", world)

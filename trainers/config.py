@@ -110,8 +110,13 @@ class TrainConfig(BaseModel):
     answer_quote_repeats: int = Field(0, ge=0, le=16)
     """SFT: add every assistant answer that quotes a figure from a tool observation (such as an order total) this
     many extra times as its own example: the executed conversation up to that answer. 0 turns it off."""
-    max_turns: int = Field(6, ge=1)
-    """Turn cap of an evaluation episode, a GRPO rollout and a replay."""
+    max_turns: int | None = Field(None, ge=1)
+    """Turn cap of an evaluation episode, a GRPO rollout and a replay (assistant turns). Default: derived from the
+    kit, the longest case's reference conversation plus 2 (:mod:`trainers.episode_limit`); a cap below what a case
+    needs is refused unless ``short_episodes``."""
+    short_episodes: bool = False
+    """Accept a ``max_turns`` below what some cases need (a smoke run): those cases cannot be passed, and plan.json's
+    ``episode_limit`` counts them."""
     max_new_tokens: int = Field(128, ge=8)
     """Tokens per generated assistant turn."""
     episode_batch: int = Field(8, ge=1)
@@ -150,6 +155,15 @@ class TrainConfig(BaseModel):
     """runpod: GPU type id from RunPod's catalog."""
     gpu_count: int = Field(1, ge=1, le=8)
     """runpod: GPUs per pod."""
+
+    @property
+    def turn_cap(self) -> int:
+        """``max_turns`` once resolved against a kit (:func:`trainers.episode_limit.episode_limit`); ConfigError
+        before."""
+        if self.max_turns is None:
+            raise ConfigError("the turn cap is derived from the kit: resolve it first "
+                              "(trainers.episode_limit.episode_limit)")
+        return self.max_turns
 
     @classmethod
     def preset(cls, name: str, **values: Any) -> TrainConfig:
@@ -199,8 +213,8 @@ class TrainConfig(BaseModel):
 
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": {"full": True, "learning_rate": 2e-3, "batch_size": 4, "epochs": 3, "max_length": 2048,
-             "max_new_tokens": 64, "grounding_repeats": 3, "answer_quote_repeats": 2, "max_turns": 5},
-    "lora": {"epochs": 1, "batch_size": 8, "max_length": 4096, "max_new_tokens": 128, "max_turns": 5},
+             "max_new_tokens": 64, "grounding_repeats": 3, "answer_quote_repeats": 2},
+    "lora": {"epochs": 1, "batch_size": 8, "max_length": 4096, "max_new_tokens": 128},
 }
 """Named recipes. ``tiny``: blobkit's tiny model trained from scratch on every weight at a high learning rate,
 with the grounding and answer-quote repeats it needs to learn copying (benchmarks/README.md has the

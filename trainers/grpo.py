@@ -224,7 +224,7 @@ def scored_turns(rollouts: list[Rollout], weights: list[float]) -> tuple[list[tu
 
 def step_model_calls(config: TrainConfig) -> int:
     """The most model calls one step can make: prompts per step x group size x turn cap."""
-    return max(1, config.batch_size // config.group_size) * config.group_size * config.max_turns
+    return max(1, config.batch_size // config.group_size) * config.group_size * config.turn_cap
 
 
 def _step_record(step: int, rollouts: list[Rollout], group_size: int, updated: bool, loss: float,
@@ -277,7 +277,7 @@ class GRPOTrainer:
         prompts = max(1, config.batch_size // config.group_size)
         chosen = order.sample(self.cases, min(prompts, len(self.cases)))
         group = rollouts(sampler, runtime, [case for case in chosen for _ in range(config.group_size)],
-                         config.max_turns)
+                         config.turn_cap)
         weights = advantages([r.reward for r in group], config.group_size)
         updated, loss_value = False, 0.0
         if any(weights):

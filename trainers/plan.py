@@ -24,6 +24,7 @@ from world_format.loaded import LoadedWorld
 
 from .catalog import ResolvedBase, resolve_base
 from .config import TrainConfig
+from .episode_limit import episode_limit
 from .errors import ConfigError
 from .formats import Choice, apply_tool_format
 from .grounding import with_grounding_repeats
@@ -174,11 +175,14 @@ def rollout_budget(config: TrainConfig) -> dict[str, Any]:
 
 
 def plan(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], data_path: Path) -> dict[str, Any]:
-    """Validate everything and write OUT/plan.json; raise on any problem, writing nothing.
+    """Validate everything and write OUT/plan.json; raise on any problem, writing nothing (a ``max_turns`` below
+    what a case needs is one, :mod:`trainers.episode_limit`). plan.json records the config with its turn cap
+    resolved.
 
     The :mod:`trainers.preflight` checks run first (the output folder can be written, the base can be
     loaded without downloading anything here), so a run that cannot start fails before any work.
     """
+    config, limit = episode_limit(config, kit)
     preflight(config)
     base = resolve_base(config.base, config.revision)
     validate_rows(kit.world(), rows)
@@ -198,6 +202,7 @@ def plan(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], data_path: P
         "estimated_optimizer_steps": math.ceil(steps_per_epoch * config.epochs) if config.method == "sft"
         else config.steps,
         "vram_estimate_gb": base.vram_estimate_gb(config.method),
+        "episode_limit": limit,
     }
     if tokens.get("tokenized"):
         # grounding examples are prefixes of their rows: counted at their row's mean length, an upper bound

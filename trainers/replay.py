@@ -30,7 +30,7 @@ def replay_case(export: Path, kit: Kit, case_id: str | None = None, *, max_turns
     if chosen is None:
         raise ConfigError(f"no held-out case {case_id!r} in {kit.root}")
     trained = _trained_config(Path(export))
-    turns = max_turns or trained.max_turns
+    turns = max_turns or trained.turn_cap
     tokens = max_new_tokens or trained.max_new_tokens
     runtime = kit.world().runtime()
     try:
@@ -67,7 +67,7 @@ def evaluate_export(export: Path, kit: Kit, *, limit: int | None = None, decodin
     try:
         policy = model_policy(model, tokenizer, trained.max_new_tokens, trained.episode_batch,
                               decoding=decoding or trained.decoding, world=runtime.world)
-        return evaluate_cases(policy, runtime, kit.cases("eval")[:limit], trained.max_turns)
+        return evaluate_cases(policy, runtime, kit.cases("eval")[:limit], trained.turn_cap)
     finally:
         runtime.close()
 

@@ -21,6 +21,7 @@ from world_format.loaded import LoadedWorld
 
 from .budget import Budget, Log, Stop
 from .config import TrainConfig
+from .episode_limit import episode_limit
 from .errors import TargetUnavailableError
 from .evaluation import EvalSummary, evaluate_cases, model_policy
 from .export import export_model, load_export, merge_export
@@ -39,7 +40,7 @@ def evaluate_policy(model: Any, tokenizer: Any, loaded: LoadedWorld, cases: list
         started = time.monotonic()
         policy = model_policy(model, tokenizer, config.max_new_tokens, config.episode_batch,
                               decoding=config.decoding, world=loaded.world)
-        summary = evaluate_cases(policy, runtime, cases, config.max_turns, universe=universe)
+        summary = evaluate_cases(policy, runtime, cases, config.turn_cap, universe=universe)
     finally:
         runtime.close()
     log(f"{label}: held-out pass rate {rate_text(summary.to_json())} ({time.monotonic() - started:.0f}s)")
@@ -93,11 +94,13 @@ def run_training(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan
 
     ``stop`` is polled at every step boundary together with the config's budgets; training then
     ends at that boundary, the partial model is still exported and evaluated, and ``stopped_by``
-    says why.
+    says why. The turn cap is resolved against the kit first (:func:`trainers.episode_limit.episode_limit`, as the
+    plan did), so the trainers, the export's config and every evaluation use the same one.
     """
     refusal = config.unsupported()
     if refusal:
         raise TargetUnavailableError(refusal)
+    config, _ = episode_limit(config, kit)
     if config.target == "runpod":
         from .runpod import train_runpod
 

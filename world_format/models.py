@@ -301,10 +301,16 @@ class Tool(StrictModel):
     counts_exclude: Exclusion | None = None
     """Rows-shaped tools: listed rows that minted counts and sums leave out, as a customer would (cancelled
     orders are not "my orders")."""
+    builtin: Literal["calculate"] | None = None
+    """Pure tools: a built-in that answers the call instead of recording it. calculate: the string parameter
+    ``expression`` (numbers, + - * / and parentheses) evaluated with exact decimals, answered {"result": "1142.51"}
+    (world_format/arithmetic.py; nothing is executed as code, anything else is a tool error)."""
 
     @model_validator(mode="after")
     def _pure_or_sql(self) -> Tool:
         pure = self.effect == "none"
+        if self.builtin is not None and not pure:
+            raise ValueError(f"tool {self.name!r}: a builtin is a pure tool (effect none)")
         if pure and (self.statements or self.preconditions or self.result.shape != "recorded"):
             raise ValueError(f"tool {self.name!r} is pure (effect none): it has no statements or preconditions and "
                              'its result shape is "recorded"')

@@ -71,6 +71,9 @@ class TaskCap:
         if not places:  # selected tasks reach its table, but by key or by the identification
             return "minting can use it, but no task the build selected does; try another --seed"
         tasks = [f"{self.authored + i + 1} ({self.order[i].template} on {self.order[i].anchor})" for i in places]
+        if self.authored + places[0] + 1 <= self.config.max_tasks:
+            return ("minting selected a task that calls it, but none of its cases was admitted (the rejected tasks "
+                    "say why)")
         needed = self.authored + places[-1] + 1
         listed = ("tasks " if len(tasks) > 1 else "task ") + ", ".join(tasks)
         return (f"the task cap cut it: the tasks that would call it are {listed}, past --max-tasks "

@@ -107,8 +107,10 @@ def key_params(tool: Tool, table: Table) -> KeyParams | None:
     """The tool's parameters naming a row of ``table`` by its key: one name, or one per key column of a composite
     key (in key order); None when the tool cannot name such a row."""
     found = []
-    for column in table.key_columns:
-        params = _anchor_params(tool, table.name, column)
+    properties = tool.parameters.get("properties", {})
+    for column in table.key_columns:  # a list argument of such keys names several rows, not the row
+        params = [p for p in _anchor_params(tool, table.name, column)
+                  if not (isinstance(properties.get(p), dict) and properties[p].get("type") == "array")]
         if not params:
             return None
         found.append(params[0])

@@ -87,8 +87,8 @@ def _run_and_report(store: Any, job_id: str, as_json: bool) -> None:
 
 BUILD_OPTIONS = ("seed", "max_tasks", "train_cases_per_task", "eval_cases_per_task", "eval_percent", "scan_limit")
 """BuildConfig fields that are options of ``company inspect`` and ``company train`` (``--seed`` also seeds training)."""
-TRAINING_OPTIONS = ("full", "lora_rank", "learning_rate", "weight_decay", "max_length", "max_turns", "max_new_tokens",
-                    "eval_limit")
+TRAINING_OPTIONS = ("full", "lora_rank", "learning_rate", "weight_decay", "max_length", "max_turns", "short_episodes",
+                    "max_new_tokens", "eval_limit")
 """TrainConfig fields both stages use: one unprefixed flag sets the SFT and the RL value."""
 SFT_OPTIONS = ("epochs", "batch_size", "lr_scheduler", "warmup_ratio", "packing", "group_by_length",
                "grounding_repeats", "answer_quote_repeats")

@@ -111,6 +111,12 @@ def _plan_line(record: dict[str, Any], out: Path, refusal: str | None) -> str:
         memory = record["unified_memory"]
         extras.append(f"about {memory['estimate_gb']:g} GB of unified memory (a Mac with "
                       f"{memory['mac_memory_gb']} GB or more)")
+    limit = record.get("episode_limit")
+    if limit:
+        how = (f"derived: the longest case needs {limit['longest_case_turns']}, plus {limit['slack']}"
+               if limit["derived"] else f"set; {limit['cases_over_limit']} case(s) need more" if
+               limit["cases_over_limit"] else "set")
+        extras.append(f"episodes of at most {limit['max_turns']} assistant turns ({how})")
     head = (f"plan written to {out / 'plan.json'}: {record['rows']} rows, "
             f"{record['estimated_optimizer_steps']} optimizer steps" + "".join(f", {e}" for e in extras)
             + (f"; cannot run as configured: {refusal}" if refusal else ""))
