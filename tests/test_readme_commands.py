@@ -120,7 +120,8 @@ NOT_RUN: dict[str, str] = {
     "blobkit jobs show $JOB --server $URL --token $KEY": "needs the server of the service-curl block",
     "blobkit company train --source examples/retail_desk/world.json --base-model tiny --job-store ./company-jobs "
     "--run": "the whole pipeline, minutes of training (queued without --run here; tests/test_company.py runs it)",
-    "blobkit jobs resume job-0123456789ab --job-store ./company-jobs": "runs the whole pipeline (tests/test_company.py)",
+    "blobkit jobs resume job-0123456789ab --job-store ./company-jobs":
+        "runs the whole pipeline (tests/test_company.py)",
     "blobkit replay --model out/run/export --kit KIT --json": "needs a trained export (tests/test_e2e_train.py)",
     "blobkit runpod sweep --yes": "needs RUNPOD_API_KEY and a RunPod account (tests/test_runpod_sweep.py fakes it)",
     "blobkit tinker checkpoints export tinker://tj-…:train:0/sampler_weights/final --out ./export --store ./service "
