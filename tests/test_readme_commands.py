@@ -81,7 +81,7 @@ RUN: dict[str, int] = {
     "blobkit info examples/retail_desk/world.json --json": 0,
     "blobkit pack --source examples/retail_desk/world.json --out build/retail-world": 0,
     "blobkit models --json": 0,
-    "blobkit tiny-model --kit out/demo/kit/timberline-retail-train-kit --out out/demo/tiny": 0,
+    "blobkit tiny-model --kit KIT --out out/tiny": 0,
     "blobkit adversary --kit KIT --agent hedger --out hedger.jsonl": 0,
     "blobkit eval --kit KIT --trajectories agent.jsonl --show 5": 0,
     "blobkit company inspect --source examples/retail_desk/world.json --json": 0,
