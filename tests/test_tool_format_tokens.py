@@ -1,7 +1,7 @@
 """Tool formats at the token level, on real tokenizers: SmolLM2-135M-Instruct's (from its GGUF) and the tiny model's.
 
-For every SFT row of the example kits (a sample of them in the fast suite): the assistant mask TRL trains with covers exactly the
-tokens of each turn's generation block, and the ids of a row rendered whole equal, turn by turn,
+For every SFT row of the example kits (a sample of them in the fast suite): the assistant mask TRL trains with
+covers exactly the tokens of each turn's generation block, and the ids of a row rendered whole equal, turn by turn,
 the ids of each turn's prompt followed by the ids of what the model writes (no drift). The Qwen,
 Llama and LFM2 tokenizers are not available offline: their formats run here on SmolLM2's BPE, with
 the family's control tokens added as special tokens for Llama 3 and LFM2 (a stand-in for the

@@ -86,6 +86,19 @@ class TrainConfig(BaseModel):
     """Longest row in tokens; longer rows are an error, never dropped."""
     packing: bool = False
     """Pack rows (padding-free, no cross-example attention)."""
+    shared_prefix: bool = False
+    """SFT on local-torch: run the prefix every row of a batch shares (the system prompt and tool list) once per
+    batch, its KV cache shared by the rows; the same loss and gradients as the padded batch
+    (:mod:`trainers.shared_prefix`). Not with --packing (packed rows share nothing)."""
+    gradient_checkpointing: bool = False
+    """SFT on local-torch: recompute each layer's activations in backward instead of keeping them (about a third
+    more compute, a fraction of the activation memory; plan.json's ``memory`` says what it saves)."""
+    max_batch_tokens: int | None = Field(None, ge=64)
+    """SFT on local-torch: bound the tokens of one forward pass: rows per pass are the largest divisor of
+    batch_size whose longest rows fit, and gradient accumulation keeps batch_size rows per optimizer update."""
+    memory_limit_gb: float | None = Field(None, gt=0)
+    """Memory the run may use (GB); default: 85 % of this machine's (the GPU's on CUDA). A dry run refuses an SFT
+    plan whose estimate (plan.json ``memory``) is over it, naming the settings that would fit."""
     group_by_length: bool = False
     """SFT without packing: batch rows of similar length together (seeded), so little compute goes to padding.
     Faster, but batches of one length are batches of one task shape: from scratch at a high learning rate it
@@ -106,6 +119,16 @@ class TrainConfig(BaseModel):
     prefilled once, each episode keeping its KV cache across its turns, their decode steps run as one batch. 1
     decodes one episode at a time. Greedy turns do not depend on it (bit for bit on one CPU thread, where models
     under 50 M parameters decode)."""
+    pass_k: int = Field(0, ge=0, le=16)
+    """After the end evaluation, attempt every held-out case this many more times, sampled at
+    ``pass_k_temperature``, and report pass^k (all attempts pass) beside pass@1 (:mod:`trainers.pass_k`). 0 turns
+    it off; 3 is the issue's pass^3."""
+    pass_k_temperature: float = Field(0.7, gt=0)
+    """Sampling temperature of the pass^k attempts."""
+    decoding: Literal["free", "constrained"] = "free"
+    """How tool calls are decoded in held-out evaluation, GRPO rollouts, pass^k and replay: free, or constrained
+    to the declared tools, their argument schemas and, for arguments that name a row, values the conversation holds
+    (:mod:`trainers.constrained`; hermes-style formats). Recorded in every result; the verifier is the same."""
     eval_limit: int | None = Field(None, ge=1)
     """Evaluate at most this many held-out cases (default: all)."""
     init_adapter: Path | None = None
@@ -150,6 +173,15 @@ class TrainConfig(BaseModel):
         if self.target == "local-mlx" and self.method == "sft" and (self.full or self.packing):
             return ("local-mlx trains LoRA adapters without packing; drop --full/--packing or use "
                     "--target local-torch")
+        if self.shared_prefix and self.method == "sft" and (self.packing or self.target == "local-mlx"):
+            return ("--shared-prefix runs SFT's shared prefix once per padded batch on local-torch; drop --packing "
+                    "(packed rows share no prefix) or --shared-prefix, or use --target local-torch")
+        if self.shared_prefix and self.gradient_checkpointing and self.method == "sft":
+            return ("--shared-prefix keeps the prefix's KV cache for the batch's rows, which gradient checkpointing "
+                    "would drop; use one of them (plan.json's memory says what each needs)")
+        if self.decoding == "constrained" and self.target == "local-mlx" and self.method == "grpo":
+            return ("--decoding constrained masks torch logits; GRPO on local-mlx samples with mlx: use --decoding "
+                    "free there (its evaluations can still be constrained with blobkit eval --model --decoding)")
         if self.target == "local-mlx" and self.full:
             return ("GRPO on local-mlx trains a LoRA adapter; drop --full (to start from a fully trained SFT "
                     "model, pass its export with --init-adapter: GRPO trains an adapter on top of it)")

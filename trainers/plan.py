@@ -86,10 +86,12 @@ def _shared_prefix(sequences: list[list[int]]) -> int:
 
 
 def _count_tokens(base: ResolvedBase, rows: list[dict[str, Any]], config: TrainConfig) -> tuple[dict[str, Any],
-                                                                                                  Choice | None]:
-    """Token counts of the rows under the base's tool format (and the format), when the tokenizer is here."""
+                                                                                                  Choice | None,
+                                                                                                  list[int]]:
+    """Token counts of the rows under the base's tool format (and the format, and each row's count), when the
+    tokenizer is here."""
     if not base.on_disk:
-        return {"tokenized": False, "reason": "base tokenizer not available locally"}, None
+        return {"tokenized": False, "reason": "base tokenizer not available locally"}, None, []
     from transformers import AutoTokenizer
 
     from .sft_torch import row_ids
@@ -104,7 +106,7 @@ def _count_tokens(base: ResolvedBase, rows: list[dict[str, Any]], config: TrainC
     return {"tokenized": True, "tokens": sum(counts), "max_row_tokens": max(counts, default=0),
             "mean_row_tokens": round(mean, 1), "shared_prefix_tokens": prefix,
             "shared_prefix_share": round(prefix / mean, 4) if mean else 0.0,
-            "rows_over_max_length": too_long}, choice
+            "rows_over_max_length": too_long}, choice, counts
 
 
 def _parameters(base: ResolvedBase) -> int:
@@ -141,6 +143,28 @@ def cpu_cost(base: ResolvedBase, config: TrainConfig, trained_tokens: int) -> di
                        f"{parameters:,} parameters"))}
 
 
+def _memory(base: ResolvedBase, config: TrainConfig, counts: list[int], prefix: int) -> dict[str, Any]:
+    """plan.json's ``memory`` (:mod:`trainers.memory_estimate`); ConfigError naming what would fit when it does not."""
+    import torch
+
+    from .memory_estimate import sft_memory_estimate
+
+    try:
+        estimate = sft_memory_estimate(Path(base.name_or_path), _parameters(base), counts, config, prefix,
+                                       "cuda" if torch.cuda.is_available() else "cpu")
+    except (OSError, ValueError) as exc:
+        return {"estimated": False, "reason": f"the base's config.json cannot be read: {exc}"}
+    if not estimate.fits:
+        would = ("; these would fit: " + "; ".join(estimate.fitting)) if estimate.fitting else (
+            "; nothing fits at one row per pass with --gradient-checkpointing: shorten the rows or use a machine "
+            "with more memory")
+        raise ConfigError(f"the plan needs about {estimate.estimate_gb} GB ({estimate.micro_batch} rows of up to "
+                          f"{estimate.longest_row_tokens} tokens per pass; "
+                          + ", ".join(f"{k} {v:.1f}" for k, v in estimate.parts_gb.items())
+                          + f" GB) but {estimate.limit_gb} GB is available on {estimate.device}{would}")
+    return estimate.model_dump(mode="json")
+
+
 def rollout_budget(config: TrainConfig) -> dict[str, Any]:
     """The most model calls GRPO's planned steps may make (each step starts only if its worst case fits)."""
     per_step = step_model_calls(config)
@@ -158,7 +182,7 @@ def plan(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], data_path: P
     preflight(config)
     base = resolve_base(config.base, config.revision)
     validate_rows(kit.world(), rows)
-    tokens, choice = _count_tokens(base, rows, config)
+    tokens, choice, counts = _count_tokens(base, rows, config)
     if tokens.get("rows_over_max_length"):
         raise rows_too_long(config, tokens["rows_over_max_length"], tokens["max_row_tokens"])
     extra = (len(with_grounding_repeats(rows, config.grounding_repeats, config.answer_quote_repeats)) - len(rows)
@@ -179,6 +203,8 @@ def plan(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], data_path: P
         # grounding examples are prefixes of their rows: counted at their row's mean length, an upper bound
         trained = round((tokens["tokens"] + extra * tokens["mean_row_tokens"]) * config.epochs)
         result["cost"] = cpu_cost(base, config, trained)
+    if config.method == "sft" and config.target == "local-torch" and counts:
+        result["memory"] = _memory(base, config, counts, tokens["shared_prefix_tokens"])
     if config.method == "grpo":
         result["rollout_budget"] = rollout_budget(config)
     if config.target == "local-mlx":

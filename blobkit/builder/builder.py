@@ -117,7 +117,7 @@ def execute_build(world_path: Path, config: BuildConfig = BuildConfig(), progres
         done = _execute(loaded, runtime, config, progress)
     finally:
         runtime.close()
-    record = {**build_record(done), "tool_coverage": tool_coverage(loaded.world, done)}
+    record = {**build_record(done), "tool_coverage": tool_coverage(loaded.world, done, config)}
     return BuiltKit(loaded.world.identity.id, kit_files(loaded, done), kit_meta(loaded, config, done, record), record)
 
 

@@ -9,6 +9,8 @@ import typer
 from blobkit.errors import BlobkitError
 
 from . import company, evaluate, runpod, serve, tinker, train, worker, world
+from . import mcp as mcp_cli
+from . import serve_model as serve_model_cli
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Turn a company's world into a verified training kit, and train small models on it.")
@@ -20,6 +22,8 @@ company.register(app)
 serve.register(app)
 worker.register(app)
 tinker.register(app)
+serve_model_cli.register(app)
+mcp_cli.register(app)
 
 
 def _click_exceptions() -> tuple[type[Exception], ...]:

@@ -20,6 +20,8 @@ from pydantic import ValidationError
 from blobkit.errors import ConfigError, TargetUnavailableError
 from trainers.config import PRESETS, TrainConfig, read_json_object
 from trainers.intervals import rate_text
+from trainers.paired import PairedComparison
+from trainers.pass_k import PassK
 from trainers.tiny_model import TinyModelConfig
 
 from .options import given, model_options, with_parameters
@@ -92,6 +94,11 @@ def _rows(config: TrainConfig, kit: Any) -> tuple[list[dict[str, Any]], Path]:
 def _summary_line(result: dict[str, Any], out: Path) -> str:
     rates = " -> ".join(f"{name} {rate_text(result[name])}" for name in ("base", "sft", "rl") if name in result)
     stopped = f"; stopped by {result['stopped_by']}" if result.get("stopped_by") else ""
+    compared = [result.get("sft_vs_base")] + [result[key].get("paired") for key in result
+                                              if key.startswith("rl_minus_") and isinstance(result[key], dict)]
+    rates += "".join(f"; {PairedComparison.model_validate(record).text()}" for record in compared if record)
+    rates += "".join(f"; {name} {PassK.model_validate(result[name]['pass_hat_k']).text()}"
+                     for name in ("sft", "rl") if "pass_hat_k" in result.get(name, {}))
     return (f"held-out pass rates {rates}; {result['optimizer_updates']} optimizer updates{stopped}; "
             f"export in {out / 'export'}")
 
@@ -195,19 +202,30 @@ def replay(model: Path = typer.Option(..., "--model", help="An export directory.
            kit: Path = typer.Option(..., "--kit", help="Kit directory or archive."),
            case: str | None = typer.Option(None, "--case", help="Held-out case id (default: the first)."),
            max_turns: int | None = typer.Option(None, "--max-turns", help="Turn cap (default: the export's own)."),
+           harness: str | None = typer.Option(None, "--harness", help="Replay inside an agent harness instead of "
+                                                                     "blobkit's loop: codex (the Codex CLI on PATH, "
+                                                                     "shadow mode)."),
+           decoding: str | None = typer.Option(None, "--decoding", help="free or constrained tool calls (default: "
+                                               "the export's own)."),
            as_json: bool = typer.Option(False, "--json", help="Print the episode as JSON.")) -> None:
     """Load an exported model fresh and replay one held-out workflow; exit 1 when its verifier fails it.
 
     Example: blobkit replay --model out/run/export --kit KIT --json
     """
-    from trainers.replay import replay_case, replay_record
+    from trainers.replay import replay_case, replay_record, trained_decoding
     from world_format.kit import open_kit
 
+    used = decoding or trained_decoding(model)
     with open_kit(kit) as opened:
-        result, manifest = replay_case(model, opened, case, max_turns=max_turns)
+        if harness is not None:
+            from blobkit.harness.cli import harness_replay
+
+            result, manifest = harness_replay(harness, model, opened, case)
+        else:
+            result, manifest = replay_case(model, opened, case, max_turns=max_turns, decoding=used)
         prompt = next(c for c in opened.cases("eval") if c.case_id == result.case_id).task.instruction
     if as_json:
-        echo_json(replay_record(result, manifest))
+        echo_json(replay_record(result, manifest, used))
     else:
         typer.echo(f"case {result.case_id} ({result.template}): {prompt}")
         for event in result.trace:
