@@ -46,7 +46,8 @@ def test_verify_on_a_flipped_byte_says_not_verified_and_exits_1_as_the_readme_sa
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stdout.startswith("NOT verified: ") and "Traceback" not in result.stderr
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert "compare with what the kit stores" in readme and "(exit 1 if anything differs)" in readme
+    assert "compare with what the kit stores" in readme
+    assert "(exit 1 if anything differs, a file failing its sha256 included)" in readme
 
 
 def test_verify_on_a_path_that_is_no_kit_is_still_bad_input(tmp_path: Path) -> None:

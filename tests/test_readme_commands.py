@@ -123,6 +123,12 @@ NOT_RUN: dict[str, str] = {
     "blobkit jobs resume job-0123456789ab --job-store ./company-jobs":
         "runs the whole pipeline (tests/test_company.py)",
     "blobkit replay --model out/run/export --kit KIT --json": "needs a trained export (tests/test_e2e_train.py)",
+    "blobkit replay --harness codex --model out/run/export --kit KIT --case c-b00a8ed5638c260a":
+        "needs a trained export and the codex harness (the harness tests)",
+    "BLOBKIT_MODEL_KEY=secret blobkit serve-model --model out/run/export --port 8001":
+        "a server that runs until stopped, on a trained export (the harness tests)",
+    "BLOBKIT_MCP_KEY=secret blobkit mcp --kit KIT --case c-1234 --transport http --port 8002":
+        "a server that runs until stopped (the harness tests)",
     "blobkit runpod sweep --yes": "needs RUNPOD_API_KEY and a RunPod account (tests/test_runpod_sweep.py fakes it)",
     "blobkit tinker checkpoints export tinker://tj-…:train:0/sampler_weights/final --out ./export --store ./service "
     "--workspace acme":
@@ -139,7 +145,10 @@ def all_commands() -> list[str]:
 
 
 def _command_and_args(line: str) -> tuple[Any, list[str], tuple[str, ...]]:
-    words = shlex.split(line)[1:]
+    words = shlex.split(line)
+    while "=" in words[0] and not words[0].startswith("-"):  # VAR=value before the command
+        words = words[1:]
+    words = words[1:]
     for length in (3, 2, 1):
         if tuple(words[:length]) in COMMANDS:
             return COMMANDS[tuple(words[:length])], words[length:], tuple(words[:length])
