@@ -46,7 +46,8 @@ def test_verify_on_a_flipped_byte_says_not_verified_and_exits_1_as_the_readme_sa
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stdout.startswith("NOT verified: ") and "Traceback" not in result.stderr
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert "compare with what the kit stores" in readme and "(exit 1 if anything differs)" in readme
+    assert "compare with what the kit stores" in readme
+    assert "(exit 1 if anything differs, a file failing its sha256 included)" in readme
 
 
 def test_verify_on_a_path_that_is_no_kit_is_still_bad_input(tmp_path: Path) -> None:
@@ -122,3 +123,39 @@ def test_third_party_progress_bars_and_warnings_are_quiet_unless_verbose(tmp_pat
 
 def test_the_environment_of_this_test_run_keeps_the_hub_off() -> None:
     assert os.environ.get("HF_HUB_OFFLINE") == "1"
+
+
+@pytest.mark.slow  # a one-step tiny training run, its two evaluations and the export
+def test_a_run_keeps_every_conversation_replayable_and_its_export_carries_a_real_model_card(
+        kit_path: Path, tmp_path: Path) -> None:
+    from trainers.config import TrainConfig
+    from trainers.export import verify_export
+    from trainers.plan import plan
+    from trainers.run import run_training
+    from trainers.tiny_model import TinyModelConfig, build_tiny_model, row_texts
+    from world_format.kit import open_kit
+
+    with open_kit(kit_path) as kit:
+        rows = kit.rows()
+        tiny = build_tiny_model(row_texts(rows), tmp_path / "tiny", TinyModelConfig(
+            seed=3, hidden_size=32, num_layers=2, num_heads=2, vocab_size=600))
+        config = TrainConfig(kit=kit_path, out=tmp_path / "run", base=str(tiny), method="sft", target="local-torch",
+                             full=True, max_turns=2, max_new_tokens=16, batch_size=2, max_minutes=1e-9)
+        report = run_training(config, kit, rows, plan(config, kit, rows, kit.path("sft.jsonl")), lambda line: None)
+        world = kit.world().world.identity.id
+    for label in ("base", "sft"):
+        path = tmp_path / "run" / f"eval_cases_{label}.jsonl"
+        lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        assert len(lines) == report[label]["cases"] and all(line["agent"] == label for line in lines)
+        assert all(line["messages"][0]["role"] == "system" for line in lines)
+        rescored = CliRunner().invoke(app, ["eval", "--kit", str(kit_path), "--trajectories", str(path), "--json",
+                                            "--min-pass-rate", "0"])
+        summary = json.loads(rescored.stdout)["summary"]
+        assert rescored.exit_code == 0 and summary["passed"] == report[label]["passed"], rescored.output
+    manifest = verify_export(tmp_path / "run" / "export")  # the card is listed and checksummed
+    assert "README.md" in manifest["files"]
+    card = (tmp_path / "run" / "export" / "README.md").read_text(encoding="utf-8")
+    for words in (f"# {world}:", "## How it was made", "| sft |", "95 % CI", manifest["kit_sha256"],
+                  "license: not known to blobkit: a local model directory", "blobkit replay --model export",
+                  "load_export", "stopped_by: max_minutes", "train_config.json"):
+        assert words in card, words

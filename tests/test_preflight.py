@@ -6,9 +6,11 @@ cache, and checks the one line it prints and that nothing was written.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -117,3 +119,74 @@ def test_an_output_folder_that_cannot_be_written_is_refused_before_train_or_buil
     build = _cli(["build", "--world", "examples/retail_desk/world.json", "--out", str(out)], tmp_path / "hub")
     _one_line_error(build, str(out), "--out")
     assert not out.exists()
+
+
+class _Hub:
+    """A stand-in for the hub's model-info route on 127.0.0.1 (a real HTTP server): 200 for the repos it knows,
+    404 with the hub's error code for the rest; it records every path asked, so a test can see nothing else was."""
+
+    def __init__(self, known: dict[str, str]) -> None:
+        import http.server
+        import threading
+
+        self.asked: list[str] = []
+        hub = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the http.server hook
+                hub.asked.append(self.path)
+                for repo, revision in known.items():
+                    if self.path.startswith(f"/api/models/{repo}/revision/{revision}"):
+                        body = json.dumps({"id": repo, "sha": "0" * 40}).encode()
+                        self.send_response(200)
+                        self.send_header("Content-Type", "application/json")
+                        self.send_header("Content-Length", str(len(body)))
+                        self.end_headers()
+                        self.wfile.write(body)
+                        return
+                code = "RevisionNotFound" if any(self.path.startswith(f"/api/models/{r}/") for r in known) \
+                    else "RepoNotFound"
+                self.send_response(404)
+                self.send_header("X-Error-Code", code)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                return None
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+@pytest.fixture
+def hub() -> Iterator[_Hub]:
+    server = _Hub({QWEN: "main"})
+    yield server
+    server.server.shutdown()
+
+
+def _online(hub: _Hub) -> dict[str, str]:
+    return {"HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0", "HF_ENDPOINT": hub.url}
+
+
+def test_online_a_hub_base_plans_when_the_hub_answers_for_its_id_and_revision_and_downloads_nothing(
+        kit_path: Path, tmp_path: Path, hub: _Hub) -> None:
+    out = tmp_path / "out"
+    result = _cli(_train(kit_path, out, QWEN, "--dry-run"), tmp_path / "hub", **_online(hub))
+    assert result.returncode == 0, result.stderr
+    assert (out / "plan.json").is_file()
+    assert any(path.startswith(f"/api/models/{QWEN}/revision/main") for path in hub.asked)
+    assert not [path for path in hub.asked if "/resolve/" in path], hub.asked  # no file was downloaded
+
+
+@pytest.mark.parametrize(("base", "revision", "words"), [
+    ("Qwen/Qwen2.5-1.5B-Instruct", None, "the hub has no model Qwen/Qwen2.5-1.5B-Instruct"),
+    (QWEN, "v9", f"the hub has no revision 'v9' of {QWEN}"),
+])
+def test_online_a_base_or_revision_the_hub_does_not_have_is_one_line(
+        kit_path: Path, tmp_path: Path, hub: _Hub, base: str, revision: str | None, words: str) -> None:
+    extra = ["--dry-run", *(["--revision", revision] if revision else [])]
+    result = _cli(_train(kit_path, tmp_path / "out", base, *extra), tmp_path / "hub", **_online(hub))
+    _one_line_error(result, words)
+    assert not (tmp_path / "out").exists()

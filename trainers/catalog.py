@@ -46,7 +46,12 @@ class BaseModel:
     revision: str = "main"
     offline: RegistryFile | None = None
     """A copy of the weights in a registry package, used when the hub cannot be reached."""
+    license: str = "Apache-2.0"
+    """The base's license as its model card on the hub states it (written into every export's model card)."""
 
+
+LLAMA_32 = "Llama 3.2 Community License (llama3.2)"
+LFM = "LFM Open License v1.0 (lfm1.0)"
 
 CATALOG: tuple[BaseModel, ...] = (
     BaseModel("Qwen/Qwen2.5-0.5B-Instruct", 0.5, 4, 8),
@@ -56,12 +61,12 @@ CATALOG: tuple[BaseModel, ...] = (
     BaseModel("Qwen/Qwen3-1.7B", 1.7, 9, 16),
     BaseModel("Qwen/Qwen3-4B", 4.0, 16, 28),
     BaseModel("Qwen/Qwen3-8B", 8.2, 26, 44),
-    BaseModel("meta-llama/Llama-3.2-1B-Instruct", 1.2, 7, 12),
-    BaseModel("meta-llama/Llama-3.2-3B-Instruct", 3.2, 14, 24),
-    BaseModel("LiquidAI/LFM2-350M", 0.35, 3, 6),
-    BaseModel("LiquidAI/LFM2-700M", 0.7, 5, 9),
-    BaseModel("LiquidAI/LFM2-1.2B", 1.2, 7, 12),
-    BaseModel("LiquidAI/LFM2-2.6B", 2.6, 12, 20),
+    BaseModel("meta-llama/Llama-3.2-1B-Instruct", 1.2, 7, 12, license=LLAMA_32),
+    BaseModel("meta-llama/Llama-3.2-3B-Instruct", 3.2, 14, 24, license=LLAMA_32),
+    BaseModel("LiquidAI/LFM2-350M", 0.35, 3, 6, license=LFM),
+    BaseModel("LiquidAI/LFM2-700M", 0.7, 5, 9, license=LFM),
+    BaseModel("LiquidAI/LFM2-1.2B", 1.2, 7, 12, license=LFM),
+    BaseModel("LiquidAI/LFM2-2.6B", 2.6, 12, 20, license=LFM),
     BaseModel("HuggingFaceTB/SmolLM2-135M-Instruct", 0.135, 2, 3, offline=SMOLLM2_135M_GGUF),
     BaseModel("HuggingFaceTB/SmolLM2-360M-Instruct", 0.36, 3, 5),
 )

@@ -7,7 +7,8 @@ its ``fit`` (torch SFT, mlx SFT, GRPO on torch or mlx) and its report; the skele
 the held-out cases, the :class:`~trainers.budget.Budget` (``--max-minutes``, ``--max-model-calls``,
 cancellation) that every fit polls at its step boundaries, the export with its manifest, the
 reload from disk and the evaluation of exactly what was exported, and the files every run writes
-(``eval.json``, ``eval_cases_<label>.json``, ``training.png``).
+(``eval.json``, ``eval_cases_<label>.json``, every evaluated conversation in ``eval_cases_<label>.jsonl``,
+``training.png``, and the export's model card, :mod:`trainers.model_card`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from world_format.canonical import atomic_write_json
+from world_format.canonical import atomic_write_bytes, atomic_write_json, jsonl_bytes
 from world_format.kit import Kit, KitCase
 from world_format.loaded import LoadedWorld
 
@@ -24,9 +25,10 @@ from .config import TrainConfig
 from .episode_limit import episode_limit
 from .errors import TargetUnavailableError
 from .evaluation import EvalSummary, evaluate_cases, model_policy
-from .export import export_model, load_export, merge_export
+from .export import export_model, load_export, merge_export, verify_export
 from .fit import Trainer
 from .intervals import rate_text
+from .model_card import add_model_card, model_card
 from .report import plot_training
 from .tokenizable import Tokenizable, tokenizable_cases
 
@@ -45,6 +47,12 @@ def evaluate_policy(model: Any, tokenizer: Any, loaded: LoadedWorld, cases: list
         runtime.close()
     log(f"{label}: held-out pass rate {rate_text(summary.to_json())} ({time.monotonic() - started:.0f}s)")
     return summary
+
+
+def conversations(summary: EvalSummary, label: str) -> bytes:
+    """Every evaluated conversation as JSON Lines ``{"case_id", "agent", "messages"}`` in the kit's row format:
+    ``OUT/eval_cases_<label>.jsonl``, which ``blobkit eval --trajectories`` scores again."""
+    return jsonl_bytes({"case_id": r.case_id, "agent": label, "messages": list(r.messages)} for r in summary.results)
 
 
 def _tokenizable(cases: list[KitCase], loaded: LoadedWorld, tokenizer: Any, log: Log) -> Tokenizable:
@@ -126,6 +134,9 @@ def run_training(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan
         report[trainer.end_label]["pass_hat_k"] = _pass_k(reloaded, tokenizer, loaded, cases, config, log)
     atomic_write_json(config.out / "eval.json", report)
     atomic_write_json(config.out / f"eval_cases_{trainer.end_label}.json", [r.to_json() for r in end.results])
+    for label, summary in ((trainer.start_label, start), (trainer.end_label, end)):
+        atomic_write_bytes(config.out / f"eval_cases_{label}.jsonl", conversations(summary, label))
+    add_model_card(export, model_card(config, verify_export(export), report, loaded.world.identity.id))
     evals: dict[str, Any] = {name: report[name] for name in ("base", "sft", "rl") if name in report}
     if trainer.end_label == "rl":
         plot_training(config.out / "training.png", fit.history, evals, title="GRPO reward per step",

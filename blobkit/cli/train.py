@@ -49,7 +49,7 @@ def tiny_model(kit: Path = typer.Option(..., "--kit", help="Kit whose text train
                out: Path = typer.Option(..., "--out", help="Directory for the model."), **options: Any) -> None:
     """Build a tiny Qwen2-architecture model with random weights for offline tests and the demo.
 
-    Example: blobkit tiny-model --kit out/demo/kit/timberline-retail-train-kit --out out/demo/tiny
+    Example: blobkit tiny-model --kit KIT --out out/tiny
     """
     from trainers.tiny_model import build_tiny_model, row_texts
     from world_format.kit import open_kit

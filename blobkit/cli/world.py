@@ -17,7 +17,7 @@ def info(path: Path = typer.Argument(..., help="A world directory, a world.json,
          as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
     """Describe and verify a world or a kit.
 
-    Example: blobkit info examples/retail_desk --json
+    Example: blobkit info examples/retail_desk/world.json --json
     """
     from blobkit.describe import describe
 
@@ -48,7 +48,7 @@ def build(world: Path = typer.Option(..., "--world", help="World directory or wo
           **options: Any) -> None:
     """Build a verified, byte-reproducible training kit from a world.
 
-    Example: blobkit build --world examples/retail_desk --out build/ --json
+    Example: blobkit build --world examples/retail_desk/world.json --out build/ --json
     """
     from blobkit.builder import build_kit
     from world_format.interrupts import deferred_interrupts
@@ -81,7 +81,7 @@ def verify(kit: Path = typer.Argument(..., help="Kit directory or .tar.zst archi
 
     A kit whose files fail their checksums (a flipped byte in the folder or the archive) also exits 1.
 
-    Example: blobkit verify build/northwind-retail-train-kit.tar.zst
+    Example: blobkit verify build/timberline-retail-train-kit.tar.zst
     """
     from blobkit.verify import verify_kit
     from world_format.errors import ArchiveError, ChecksumError
