@@ -45,7 +45,7 @@ from world_format.kit import Kit, KitCase, Prompt
 
 from .budget import Budget, Log
 from .config import TrainConfig
-from .errors import ConfigError, TrainerError
+from .errors import ConfigError, TargetUnavailableError, TrainerError
 from .evaluation import EpisodeResult, EvalSummary, run_episodes
 from .export import verify_export
 from .fit import FitResult
@@ -241,14 +241,15 @@ def _step_record(step: int, rollouts: list[Rollout], group_size: int, updated: b
 
 
 def backend_for(config: TrainConfig, source: PolicySource) -> GRPOBackend:
-    """The target's half of GRPO: mlx for local-mlx, torch otherwise (runpod's pod runs local-torch)."""
-    if config.target == "local-mlx":
-        from .grpo_mlx import MLXGRPOBackend
+    """The target's half of GRPO (:meth:`trainers.targets.base.LocalTarget.grpo_backend`; runpod's pod runs
+    local-torch). TargetUnavailableError for a target that does not train in this process."""
+    from .targets.base import LocalTarget
+    from .targets.registry import target_for
 
-        return MLXGRPOBackend(config, source)
-    from .grpo_torch import TorchGRPOBackend
-
-    return TorchGRPOBackend(config, source)
+    target = target_for(config.target)
+    if not isinstance(target, LocalTarget):
+        raise TargetUnavailableError(f"{config.target} does not run GRPO in this process")
+    return target.grpo_backend(config, source)
 
 
 class GRPOTrainer:

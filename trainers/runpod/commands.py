@@ -30,7 +30,7 @@ TRAIN_ARGV = ("{python}", "-m", "blobkit.cli", "train", "--config", CONFIG_FILE,
 
 def train_budget_minutes(config: TrainConfig, settings: RunPodSettings) -> float:
     """The ``--max-minutes`` training gets on the pod: most of what the pod's watchdog allows."""
-    max_seconds = config.max_hours * 3600
+    max_seconds = config.runpod.max_hours * 3600
     budget = (max_seconds - settings.pod_margin(max_seconds)) * 0.85 / 60
     return max(0.01, round(min(budget, config.max_minutes) if config.max_minutes else budget, 2))
 

@@ -1,0 +1,70 @@
+"""The ``runpod`` target: GRPO on a rented GPU pod behind the spend gate, returning a verified export.
+
+Its settings are ``TrainConfig.runpod`` (:class:`RunPodTargetSettings`: GPU type and count, the pod's hour
+limit); the machinery (client, bundle, store, pod, results) is :mod:`trainers.runpod`. SFT runs locally first.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .base import Target, TargetPlan
+
+if TYPE_CHECKING:
+    from trainers.budget import Log, Stop
+    from trainers.catalog import ResolvedBase
+    from trainers.config import TrainConfig
+    from world_format.kit import Kit
+
+
+class RunPodTargetSettings(BaseModel):
+    """``TrainConfig.runpod``: the pod a runpod run rents."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    max_hours: float = Field(2.0, gt=0)
+    """runpod: the pod terminates itself (and the host terminates it) after this many hours."""
+    gpu_type: str = "NVIDIA GeForce RTX 4090"
+    """runpod: GPU type id from RunPod's catalog."""
+    gpu_count: int = Field(1, ge=1, le=8)
+    """runpod: GPUs per pod."""
+
+
+class RunPod(Target):
+    """GRPO on a RunPod pod, warm-started from a local SFT export."""
+
+    name: ClassVar[str] = "runpod"
+
+    def refusal(self, config: TrainConfig) -> str | None:
+        """GRPO only."""
+        if config.method != "grpo":
+            return ("runpod runs GRPO only: train SFT locally first (--target local-torch or local-mlx), then pass "
+                    "its export with --init-adapter to --method grpo --target runpod")
+        return None
+
+    def plan(self, config: TrainConfig, kit: Kit, base: ResolvedBase, record: Mapping[str, Any]) -> TargetPlan:
+        """Needs a key, a store, a confirmation and an SFT export; adds the launch with its price (``runpod``)."""
+        from trainers.runpod import RunPodSettings, launch_plan, missing_for_launch
+
+        missing = missing_for_launch(config, RunPodSettings.from_env(os.environ), os.environ)
+        sections = {} if self.refusal(config) else {"runpod": launch_plan(config, kit, dict(record))}
+        return TargetPlan(name=self.name, needs=("RUNPOD_API_KEY", "--confirm-spend", "--init-adapter",
+                                                 "BLOBKIT_RUNPOD_STORE_URL"), runs_here=not missing,
+                          why_not="missing: " + ", ".join(missing) if missing else None, sections=sections)
+
+    def gate(self, config: TrainConfig, environ: Mapping[str, str]) -> None:
+        """The spend gate with the catalog price, before anything is written."""
+        from trainers.runpod import gate_spend
+
+        gate_spend(config, environ)
+
+    def run(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: dict[str, Any],
+            log: Log, stop: Stop | None) -> dict[str, Any]:
+        """Ship the bundle, run GRPO on the pod, collect the verified results, terminate the pod."""
+        from trainers.runpod import train_runpod
+
+        return train_runpod(config, kit, rows, plan_record, log, stop)
