@@ -11,10 +11,11 @@ import pytest
 from blobkit.errors import ChecksumError, ConfigError, TargetUnavailableError
 from trainers.catalog import CATALOG, resolve_base
 from trainers.config import TrainConfig
-from trainers.targets.runpod import RunPodTargetSettings
 from trainers.export import export_model, verify_export
 from trainers.plan import plan
 from trainers.run import run_training
+from trainers.targets.local_torch import LocalTorchSettings
+from trainers.targets.runpod import RunPodTargetSettings
 from world_format.kit import open_kit
 
 
@@ -132,8 +133,9 @@ def test_train_help_shows_every_config_field_with_the_configs_own_default() -> N
     from blobkit.cli import app
 
     shown = " ".join(CliRunner().invoke(app, ["train", "--help"], env={"COLUMNS": "2000"}).output.split())
-    fields = [(name, info) for name, info in TrainConfig.model_fields.items() if name != "runpod"]
-    fields += list(RunPodTargetSettings.model_fields.items())  # a target's nested settings: flags of their own
+    fields = [(name, info) for name, info in TrainConfig.model_fields.items() if name not in ("runpod", "local_torch")]
+    # a target's nested settings: flags of their own
+    fields += [*RunPodTargetSettings.model_fields.items(), *LocalTorchSettings.model_fields.items()]
     for name, info in fields:
         flag = {"kit": "--world", "learning_rate": "--lr"}.get(name, "--" + name.replace("_", "-"))
         assert flag in shown, name

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainers.errors import ConfigError
+from trainers.targets.local_torch import LocalTorchSettings
 from trainers.targets.registry import TargetName
 from trainers.targets.runpod import RunPodTargetSettings
 
@@ -122,6 +123,8 @@ class TrainConfig(BaseModel):
     """Budget: stop training at a step boundary once this many minutes of training have passed."""
     confirm_spend: bool = False
     """Allow a paid target (runpod) to create resources that cost money."""
+    local_torch: LocalTorchSettings = LocalTorchSettings()
+    """The local-torch target's settings: processes and their launcher."""
     runpod: RunPodTargetSettings = RunPodTargetSettings()
     """The runpod target's settings: GPU type and count, the pod's hour limit."""
 

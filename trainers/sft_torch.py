@@ -27,6 +27,7 @@ from .fit import FitResult
 from .formats import apply_tool_format
 from .grounding import with_grounding_repeats
 from .lora import peft_lora_config
+from .ranks import DDP_TIMEOUT_SECONDS, World
 from .report import sft_report
 
 TRAINING_KEYS = ("messages", "tools")
@@ -164,15 +165,19 @@ def _assistant_token_loss(sft_trainer: type) -> type:
 
 
 def _sft_arguments(config: TrainConfig, scratch: str, *, max_steps: int | None, progress: bool, log_every: int,
-                   cuda: bool, bf16: bool) -> Any:
-    """TRL's ``SFTConfig`` for ``config``: assistant-only loss, no checkpoints, CPU-friendly defaults."""
+                   cuda: bool, bf16: bool, world: World) -> Any:
+    """TRL's ``SFTConfig`` for ``config``: assistant-only loss, no checkpoints, CPU-friendly defaults.
+
+    Over ``world.size`` ranks each takes ``batch_size / size`` rows a step, so the global batch (and with it
+    the steps and the learning-rate schedule) is one process's; gloo on a CPU, nccl on CUDA.
+    """
     from trl import SFTConfig
 
     return SFTConfig(
         output_dir=scratch,
         num_train_epochs=float(config.epochs),
         max_steps=max_steps if max_steps is not None else -1,
-        per_device_train_batch_size=config.batch_size,
+        per_device_train_batch_size=config.batch_size // world.size,
         gradient_accumulation_steps=1,
         learning_rate=config.learning_rate,
         lr_scheduler_type=config.lr_scheduler,
@@ -201,6 +206,8 @@ def _sft_arguments(config: TrainConfig, scratch: str, *, max_steps: int | None, 
         dataloader_num_workers=0,
         dataloader_pin_memory=cuda,
         dataset_num_proc=None,
+        ddp_backend="gloo" if world.distributed and not cuda else None,
+        ddp_timeout=DDP_TIMEOUT_SECONDS,
     )
 
 
@@ -270,7 +277,9 @@ def train_sft(
         raise ConfigError("train_sft needs at least one row")
     if max_steps is not None and max_steps < 1:
         raise ConfigError("max_steps must be >= 1 when given")
-    lora, model_dir, out_dir = not config.full, Path(model_dir), Path(out_dir)
+    lora, model_dir, out_dir, world = not config.full, Path(model_dir), Path(out_dir), World.from_env()
+    if config.batch_size % world.size:
+        raise ConfigError(f"--batch-size {config.batch_size} does not split over {world.size} processes")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     apply_tool_format(tokenizer, config.tool_format, where=str(model_dir))
     _check_lengths(tokenizer, rows, config.max_length)
@@ -281,10 +290,11 @@ def train_sft(
     recorders, losses, stopped = _recorders(stop)
     with tempfile.TemporaryDirectory(prefix="blobkit-sft-") as scratch:
         args = _sft_arguments(config, scratch, max_steps=max_steps, progress=progress, log_every=log_every,
-                              cuda=cuda, bf16=bf16)
+                              cuda=cuda, bf16=bf16, world=world)
         # On CUDA, TRL's own fused head already scores only labelled positions (Triton) and avoids
-        # materialising vocabulary-wide logits; on a CPU the compact loss is ~1.4x faster per step.
-        trainer_class = SFTTrainer if cuda else _assistant_token_loss(SFTTrainer)
+        # materialising vocabulary-wide logits; on a CPU the compact loss is ~1.4x faster per step. Over several
+        # ranks the forward must go through DDP's wrapper (its gradient hooks), which the compact loss bypasses.
+        trainer_class = SFTTrainer if cuda or world.distributed else _assistant_token_loss(SFTTrainer)
         trainer = trainer_class(model=model, args=args, train_dataset=rows_to_dataset(rows), processing_class=tokenizer,
                                 peft_config=peft_lora_config(config.lora_rank) if lora else None,
                                 callbacks=[*recorders, *callbacks])
@@ -296,7 +306,8 @@ def train_sft(
         start = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - start
-    _save(trainer.model, tokenizer, out_dir, lora)
+    if world.is_main:
+        _save(trainer.model, tokenizer, out_dir, lora)
     return SFTResult(loss_history=losses, optimizer_steps=int(trainer.state.global_step), train_seconds=seconds,
                      output_dir=out_dir, kind="lora" if lora else "full", stopped_by=stopped[0] if stopped else None)
 
@@ -327,7 +338,8 @@ class TorchSFTTrainer:
             f"{len(self.rows)} examples")
         checkpoint = config.out / "checkpoint"
         result = train_sft(Path(self.base["name_or_path"]), self.rows, checkpoint, config, stop=budget.step_stop)
-        atomic_write_json(checkpoint / "train_config.json", config.as_json())
+        if World.from_env().is_main:
+            atomic_write_json(checkpoint / "train_config.json", config.as_json())
         return FitResult(checkpoint, result.kind, self.base, result.optimizer_steps, result.train_seconds,
                          result.loss_history, result.stopped_by)
 

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from importlib.util import find_spec
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from .base import LocalTarget, TargetPlan
 
 if TYPE_CHECKING:
+    from trainers.budget import Log, Stop
     from trainers.catalog import ResolvedBase
     from trainers.config import TrainConfig
     from trainers.fit import Trainer
@@ -23,10 +26,38 @@ PACKAGES = ("torch", "transformers", "peft", "trl")
 """What local-torch imports (blobkit's ``train`` extra)."""
 
 
+class LocalTorchSettings(BaseModel):
+    """``TrainConfig.local_torch``: how many processes train, and who starts them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    processes: int = Field(1, ge=1, le=64)
+    """local-torch: data-parallel processes (ranks). 1 trains in this process; N starts N ranks (DDP: gloo on a
+    CPU, nccl on GPUs, one GPU per rank) with the same global batch, learning-rate schedule and seed; rank 0
+    alone evaluates, exports and writes. --batch-size must split evenly over them."""
+    launcher: Literal["torchrun", "accelerate"] = "torchrun"
+    """local-torch: what starts the ranks: torchrun (torch's elastic launcher, which accelerate launch uses for data
+    parallel too) or accelerate (accelerate launch with your own `accelerate config`: FSDP, DeepSpeed, several
+    machines; its num_processes unless --processes is given)."""
+
+    @property
+    def launched(self) -> bool:
+        """Whether the fit runs in launched ranks rather than in this process."""
+        return self.processes > 1 or self.launcher == "accelerate"
+
+
 class LocalTorch(LocalTarget):
     """SFT and GRPO with torch here."""
 
     name: ClassVar[str] = "local-torch"
+
+    def refusal(self, config: TrainConfig) -> str | None:
+        """A global batch that splits evenly over the processes."""
+        processes = config.local_torch.processes
+        if config.batch_size % processes:
+            return (f"--batch-size {config.batch_size} does not split over --processes {processes}: give a "
+                    f"multiple of {processes} (every rank takes the same share of the global batch)")
+        return None
 
     def plan(self, config: TrainConfig, kit: Kit, base: ResolvedBase, record: Mapping[str, Any]) -> TargetPlan:
         """Needs the train extra; adds the CPU-minutes estimate (``cost``) when the rows were tokenized."""
@@ -35,9 +66,27 @@ class LocalTorch(LocalTarget):
         missing = [name for name in PACKAGES if find_spec(name) is None]
         sections = {"cost": cpu_cost(base, config, trained_tokens(record, config))} if record["tokens"].get(
             "tokenized") else {}
-        return TargetPlan(name=self.name, needs=("the train extra: " + ", ".join(PACKAGES),), runs_here=not missing,
-                          why_not=f"not installed: {', '.join(missing)} (pip install 'blobkit[train]')"
-                          if missing else None, sections=sections)
+        from trainers.launch import world_plan
+
+        world = world_plan(config)
+        sections["world"] = world.record()
+        if world.why_not:
+            missing.append(world.why_not)
+        return TargetPlan(name=self.name, needs=("the train extra: " + ", ".join(PACKAGES), *world.needs),
+                          runs_here=not missing, why_not=f"missing: {'; '.join(missing)}" if missing else None,
+                          sections=sections)
+
+    def run(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: dict[str, Any],
+            log: Log, stop: Stop | None) -> dict[str, Any]:
+        """The run skeleton here; with --processes N (or --launcher accelerate) its fit runs in launched ranks
+        (:mod:`trainers.launch`), each building this target's :meth:`trainer`."""
+        if not config.local_torch.launched:
+            return super().run(config, kit, rows, plan_record, log, stop)
+        from trainers.launch import LaunchedTrainer
+        from trainers.run import run_skeleton
+
+        trainer = LaunchedTrainer(self.trainer(config, kit, rows, plan_record), config, kit, rows, plan_record)
+        return run_skeleton(config, kit, trainer, log, stop)
 
     def sft_trainer(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]],
                     plan_record: dict[str, Any]) -> Trainer:
