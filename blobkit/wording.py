@@ -16,12 +16,13 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from functools import lru_cache
-from typing import Any
-
-import inflect
+from typing import TYPE_CHECKING, Any
 
 from world_format.kit import Kit
 from world_format.models import Task, World
+
+if TYPE_CHECKING:
+    import inflect
 
 _PUNCTUATION_RUN = re.compile(r"[.!?,;:]{2,}")
 _FINE_RUNS = {"...", "?!", "!?"}
@@ -30,6 +31,10 @@ _DOUBLED_WORD = re.compile(r"\b([a-z]+) \1\b")
 
 @lru_cache(maxsize=1)
 def _engine() -> inflect.engine:
+    """inflect's engine, imported on first use: importing inflect costs seconds (typeguard instruments it at import),
+    which every ``blobkit`` command would otherwise pay at start-up, most of them without needing a plural."""
+    import inflect
+
     return inflect.engine()
 
 

@@ -577,6 +577,7 @@ def _start_worker(root: Path, job_id: str) -> subprocess.Popen[bytes]:
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+@pytest.mark.slow
 def test_ctrl_c_cancels_the_worker_at_the_next_safe_point(tmp_path: Path, source: Path) -> None:
     root = tmp_path / "jobs"
     with JobStore(root) as store:
@@ -600,6 +601,7 @@ def _checkpoint_times(job: dict[str, Any]) -> dict[str, str]:
     return {c["stage"]: c["completed_at"] for c in job["checkpoints"]}
 
 
+@pytest.mark.slow
 def test_a_sigkilled_worker_is_resumed_without_redoing_finished_stages(tmp_path: Path, source: Path) -> None:
     root = tmp_path / "jobs"
     with JobStore(root) as store:

@@ -167,6 +167,7 @@ def test_a_dora_adapter_is_refused_with_a_reason(tiny_dir: Path, tmp_path: Path)
         peft_to_mlx(peft_dir, tmp_path / "mlx")
 
 
+@pytest.mark.slow
 @needs_mlx
 def test_training_stops_at_a_step_boundary_and_is_seeded(tiny_dir: Path, rows: list[dict[str, Any]],
                                                          tmp_path: Path) -> None:

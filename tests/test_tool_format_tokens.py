@@ -1,7 +1,7 @@
 """Tool formats at the token level, on real tokenizers: SmolLM2-135M-Instruct's (from its GGUF) and the tiny model's.
 
-For every SFT row of the example kits: the assistant mask TRL trains with covers exactly the
-tokens of each turn's generation block, and the ids of a row rendered whole equal, turn by turn,
+For every SFT row of the example kits (a sample of them in the fast suite): the assistant mask TRL trains with
+covers exactly the tokens of each turn's generation block, and the ids of a row rendered whole equal, turn by turn,
 the ids of each turn's prompt followed by the ids of what the model writes (no drift). The Qwen,
 Llama and LFM2 tokenizers are not available offline: their formats run here on SmolLM2's BPE, with
 the family's control tokens added as special tokens for Llama 3 and LFM2 (a stand-in for the
@@ -25,10 +25,23 @@ EXAMPLES = ["retail_desk", "it_helpdesk", "airline_desk"]
 REAL = [("smollm2", "blobkit"), ("tiny", "blobkit")]
 """The formats these tokenizers really train with (``auto`` picks blobkit's for both)."""
 STAND_IN = [("smollm2", "hermes"), ("smollm2", "qwen3"), ("smollm2", "llama3"), ("smollm2", "lfm2")]
-"""The other families' formats on SmolLM2's BPE: every row of the IT kit in the fast suite, the others slow."""
-CASES = [pytest.param(which, name, example, id=f"{which}-{name}-{example}",
-                      marks=[pytest.mark.slow] if (which, name) in STAND_IN and example != "it_helpdesk" else [])
-         for which, name in [*REAL, *STAND_IN] for example in EXAMPLES]
+"""The other families' formats on SmolLM2's BPE (a stand-in for their own vocabularies)."""
+SAMPLE_EVERY = 9
+"""The fast suite checks every format on every example with a sample of each kit's rows (every ninth row, the longest
+row and the row with the most assistant turns); the slow suite checks every row."""
+CASES = [pytest.param(which, name, example, sweep, id=f"{which}-{name}-{example}-{sweep}",
+                      marks=[pytest.mark.slow] if sweep == "all" else [])
+         for sweep in ("sample", "all") for which, name in [*REAL, *STAND_IN] for example in EXAMPLES]
+
+
+def _swept(rows: list[dict[str, Any]], sweep: str) -> list[tuple[int, dict[str, Any]]]:
+    """The (index, row) pairs a case checks: every row for ``all``, else the sample :data:`SAMPLE_EVERY` describes."""
+    if sweep == "all":
+        return list(enumerate(rows))
+    longest = max(range(len(rows)), key=lambda i: len(str(rows[i]["messages"])))
+    most_turns = max(range(len(rows)), key=lambda i: sum(m["role"] == "assistant" for m in rows[i]["messages"]))
+    chosen = sorted({*range(0, len(rows), SAMPLE_EVERY), longest, most_turns})
+    return [(i, rows[i]) for i in chosen]
 
 
 def _tokenizer(which: str, name: str, smollm2_tokenizer: Any, tiny_tokenizer: Any) -> Any:
@@ -60,13 +73,13 @@ def _runs(mask: list[int]) -> list[tuple[int, int]]:
     return runs
 
 
-@pytest.mark.parametrize(("which", "name", "example"), CASES)
+@pytest.mark.parametrize(("which", "name", "example", "sweep"), CASES)
 def test_the_assistant_mask_covers_exactly_the_tokens_of_each_assistant_turn(
-        which: str, name: str, example: str, example_rows: dict[str, list[dict[str, Any]]], smollm2_tokenizer: Any,
-        tiny_tokenizer: Any) -> None:
+        which: str, name: str, example: str, sweep: str, example_rows: dict[str, list[dict[str, Any]]],
+        smollm2_tokenizer: Any, tiny_tokenizer: Any) -> None:
     fmt, tokenizer = FORMATS[name], _tokenizer(which, name, smollm2_tokenizer, tiny_tokenizer)
     failed, masked_tokens = [], 0
-    for index, row in enumerate(example_rows[example]):
+    for index, row in _swept(example_rows[example], sweep):
         out = tokenizer.apply_chat_template(row["messages"], tools=row["tools"], tokenize=True, return_dict=True,
                                             return_assistant_tokens_mask=True)
         ids, mask = list(out["input_ids"]), list(out["assistant_masks"])
@@ -87,10 +100,10 @@ def _first_difference(a: list[int], b: list[int]) -> int | None:
                 None if len(a) == len(b) else min(len(a), len(b)))
 
 
-@pytest.mark.parametrize(("which", "name", "example"), CASES)
+@pytest.mark.parametrize(("which", "name", "example", "sweep"), CASES)
 def test_ids_of_a_row_rendered_whole_equal_prompt_ids_plus_written_ids(
-        which: str, name: str, example: str, example_rows: dict[str, list[dict[str, Any]]], smollm2_tokenizer: Any,
-        tiny_tokenizer: Any) -> None:
+        which: str, name: str, example: str, sweep: str, example_rows: dict[str, list[dict[str, Any]]],
+        smollm2_tokenizer: Any, tiny_tokenizer: Any) -> None:
     """Multi-turn drift, token by token: for each assistant turn, prompt ids + the ids of what the model writes are a
     prefix of the whole row's ids and of the next turn's prompt ids.
 
@@ -104,7 +117,7 @@ def test_ids_of_a_row_rendered_whole_equal_prompt_ids_plus_written_ids(
     fmt, tokenizer = FORMATS[name], _tokenizer(which, name, smollm2_tokenizer, tiny_tokenizer)
     blank_line = _ids(tokenizer, "\n\n")
     failed = []
-    for index, row in enumerate(example_rows[example]):
+    for index, row in _swept(example_rows[example], sweep):
         whole = list(tokenizer.apply_chat_template(row["messages"], tools=row["tools"], tokenize=True,
                                                    return_dict=True)["input_ids"])
         _, turns = assistant_turns(fmt, row)

@@ -244,6 +244,7 @@ def test_lora_training_writes_a_canonical_adapter(tiny_dir: Path, tmp_path: Path
     assert (tmp_path / "lora" / "tokenizer.json").is_file()
 
 
+@pytest.mark.slow
 def test_the_same_seed_gives_byte_identical_adapters_and_another_seed_does_not(tiny_dir: Path,
                                                                                 tmp_path: Path) -> None:
     from trainers.sft_torch import train_sft
