@@ -123,3 +123,23 @@ def test_a_cancellation_stops_both_ranks_at_one_step_boundary_and_rank_0_still_e
     assert report["stopped_by"] == "cancelled" and 1 <= report["optimizer_updates"] < 200 * ROWS // 4
     assert (tmp_path / "cancelled" / "export" / "manifest.json").is_file()
     assert any("stopping every rank at the next step boundary: cancelled" in line for line in log)
+
+
+def test_a_grpo_update_over_two_ranks_is_one_processs_update_on_all_their_rollouts(
+        tiny: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    helper = str(Path(__file__).with_name("grpo_rank_update.py"))
+    environ = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    subprocess.run([sys.executable, helper, str(tiny), str(tmp_path / "one")], check=True, env=environ, timeout=300)
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", helper,
+                    str(tiny), str(tmp_path / "two")], check=True, env=environ, timeout=300)
+    from safetensors.torch import load_file
+
+    first = load_file(str(tmp_path / "one" / "adapter_model.safetensors"))
+    second = load_file(str(tmp_path / "two" / "adapter_model.safetensors"))
+    assert max(float((first[k] - second[k]).abs().max()) for k in first) < 1e-4
+    assert max(float(first[k].abs().max()) for k in first if "lora_B" in k) > 1e-3  # the update moved lora_B
+    one, two = (float((tmp_path / name / "loss.txt").read_text()) for name in ("one", "two"))
+    assert abs(one - two) < 1e-4 and one != 0.0

@@ -16,18 +16,23 @@ from .episode_decode import ModelTurns
 from .formats import apply_tool_format, format_of
 from .grpo import MAX_GRAD_NORM, PolicySource, Rollout, scored_turns
 from .lora import peft_lora_config
+from .ranks import World, all_reduce_gradients, gather
 from .sft_torch import canonicalise_adapter_config
 
 
-def policy_loss(model: Any, rollouts: list[Rollout], weights: list[float]) -> tuple[Any, int]:
+def policy_loss(model: Any, rollouts: list[Rollout], weights: list[float],
+                total_tokens: int | None = None) -> tuple[Any, int]:
     """Backpropagate -sum(w * log p(generated tokens)) / n_tokens; return (loss, n_tokens).
 
-    One forward and backward per turn, so memory holds one sequence's activations at a time.
+    ``total_tokens`` (the generated tokens of every rank's rollouts) replaces this process's count as the
+    denominator, so the ranks' summed gradients are one process's. One forward and backward per turn, so memory
+    holds one sequence's activations at a time.
     """
     import torch
 
     device = next(model.parameters()).device
     turns, n_tokens = scored_turns(rollouts, weights)
+    n_tokens = n_tokens if total_tokens is None else total_tokens
     total = torch.zeros((), device=device)
     for turn, weight in turns:
         ids = torch.tensor([turn.prompt_ids + turn.new_ids], device=device)
@@ -78,12 +83,17 @@ class TorchGRPOBackend:
         import torch
 
         config = self.config
+        # every rank samples its own episodes: one seed each (rank 0's is a single process's)
+        seed = config.seed + World.from_env().rank
         return ModelTurns(self.model, self.tokenizer, config.max_new_tokens, config.temperature,
-                          torch.Generator().manual_seed(config.seed), slots=config.episode_batch,
+                          torch.Generator().manual_seed(seed), slots=config.episode_batch,
                           tool_format=format_of(self.tokenizer))
 
     def update(self, rollouts: list[Rollout], weights: list[float]) -> float:
-        """Zero the gradients, backpropagate the policy loss, clip at 1.0, one AdamW step."""
+        """Zero the gradients, backpropagate the policy loss, clip at 1.0, one AdamW step.
+
+        Over several ranks the loss is over every rank's generated tokens and the gradients are summed before
+        the clip, so every rank applies the same step; the loss returned is the whole step's."""
         import torch
 
         trainable = [p for p in self.model.parameters() if p.requires_grad]
@@ -92,10 +102,12 @@ class TorchGRPOBackend:
                                                weight_decay=self.config.weight_decay)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        loss, _ = policy_loss(self.model, rollouts, weights)
+        total = sum(gather(scored_turns(rollouts, weights)[1]))
+        loss, _ = policy_loss(self.model, rollouts, weights, total)
+        all_reduce_gradients(trainable)
         torch.nn.utils.clip_grad_norm_(trainable, MAX_GRAD_NORM)
         self.optimizer.step()
-        return float(loss)
+        return float(sum(gather(float(loss))))
 
     def save(self, checkpoint: Path) -> None:
         """The PEFT adapter (target modules sorted) and the tokenizer; the model is released afterwards."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from .budget import Budget
@@ -48,6 +49,28 @@ class World:
     def distributed(self) -> bool:
         """Whether there is more than one rank."""
         return self.size > 1
+
+
+def init_process_group() -> None:
+    """Join the launcher's process group (gloo: GRPO's torch half trains on the CPU model) unless this is one
+    process or the group exists already (TRL's trainer makes its own)."""
+    import torch.distributed as dist
+
+    if World.from_env().distributed and not dist.is_initialized():
+        dist.init_process_group("gloo", timeout=timedelta(seconds=DDP_TIMEOUT_SECONDS))
+
+
+def all_reduce_gradients(parameters: list[Any]) -> None:
+    """Sum every parameter's gradient over the ranks (a missing gradient counts as zeros); nothing in one process."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return
+    for parameter in parameters:
+        if parameter.grad is None:
+            parameter.grad = torch.zeros_like(parameter)
+        dist.all_reduce(parameter.grad, op=dist.ReduceOp.SUM)
 
 
 def gather(value: Any) -> list[Any]:
