@@ -23,7 +23,8 @@ from pydantic.fields import FieldInfo
 FLAG_NAMES: dict[str, tuple[str, ...]] = {"kit": ("--world", "--kit"), "learning_rate": ("--lr", "--learning-rate"),
                                           "train_cases_per_task": ("--train-cases",),
                                           "eval_cases_per_task": ("--eval-cases",), "num_layers": ("--layers",),
-                                          "num_heads": ("--heads",)}
+                                          "num_heads": ("--heads",),
+                                          "gpu_count": ("--gpus", "--gpu-count")}
 """Fields whose flags are not simply ``--field-name`` (the seed product spells these ``--world`` and ``--lr``)."""
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.config import TrainConfig
+from trainers.targets.local_torch import LocalTorchSettings
 
 from .settings import RunPodSettings
 
@@ -36,13 +37,15 @@ def train_budget_minutes(config: TrainConfig, settings: RunPodSettings) -> float
 
 
 def pod_config(config: TrainConfig, plan_record: Mapping[str, Any], settings: RunPodSettings) -> TrainConfig:
-    """The run's config as the pod trains with it: paths inside the unpacked bundle, GRPO on local-torch, and the
-    training budget the pod allows as ``max_minutes``. Shipped as :data:`CONFIG_FILE` in the bundle."""
+    """The run's config as the pod trains with it: paths inside the unpacked bundle, GRPO on local-torch with one
+    rank per GPU (``--processes`` = ``--gpus``), and the training budget the pod allows as ``max_minutes``.
+    Shipped as :data:`CONFIG_FILE` in the bundle."""
     local_base = (plan_record.get("base") or {}).get("source") in ("local", "registry")
     return config.model_copy(update={
         "kit": Path("kit"), "init_adapter": Path("init_adapter"), "base": "base" if local_base else config.base,
         "data": Path("data/rows.jsonl") if config.data is not None else None, "out": Path("out"),
         "method": "grpo", "target": "local-torch", "dry_run": False, "confirm_spend": False,
+        "local_torch": LocalTorchSettings(processes=config.runpod.gpu_count),
         "max_minutes": train_budget_minutes(config, settings)})
 
 

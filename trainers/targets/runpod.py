@@ -31,7 +31,9 @@ class RunPodTargetSettings(BaseModel):
     gpu_type: str = "NVIDIA GeForce RTX 4090"
     """runpod: GPU type id from RunPod's catalog."""
     gpu_count: int = Field(1, ge=1, le=8)
-    """runpod: GPUs per pod."""
+    """runpod: GPUs per pod. With N > 1 the pod trains N data-parallel ranks, one per GPU (the local-torch
+    --processes path: torch's elastic launcher, as accelerate launch uses); the spend gate's price and maximum cost
+    count every GPU."""
 
 
 class RunPod(Target):
@@ -40,10 +42,14 @@ class RunPod(Target):
     name: ClassVar[str] = "runpod"
 
     def refusal(self, config: TrainConfig) -> str | None:
-        """GRPO only."""
+        """GRPO only, with a batch that splits over the GPUs."""
         if config.method != "grpo":
             return ("runpod runs GRPO only: train SFT locally first (--target local-torch or local-mlx), then pass "
                     "its export with --init-adapter to --method grpo --target runpod")
+        gpus = config.runpod.gpu_count
+        if config.batch_size % gpus:
+            return (f"--batch-size {config.batch_size} does not split over --gpus {gpus}: give a multiple of {gpus} "
+                    "(the pod trains one rank per GPU)")
         return None
 
     def plan(self, config: TrainConfig, kit: Kit, base: ResolvedBase, record: Mapping[str, Any]) -> TargetPlan:
