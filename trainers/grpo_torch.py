@@ -7,6 +7,7 @@ policy-gradient update in torch.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from .grpo import MAX_GRAD_NORM, PolicySource, Rollout, scored_turns
 from .lora import peft_lora_config
 from .ranks import World, all_reduce_gradients, gather
 from .sft_torch import canonicalise_adapter_config
+from .vllm_turns import VLLMTurns
 
 
 def policy_loss(model: Any, rollouts: list[Rollout], weights: list[float],
@@ -69,20 +71,25 @@ class TorchGRPOBackend:
     """Decoding and updates in torch on one PEFT model, which is also the start policy."""
 
     def __init__(self, config: TrainConfig, source: PolicySource) -> None:
-        self.config = config
+        self.config, self.source = config, source
         self.model, self.tokenizer = load_torch_policy(source, config)
         self.optimizer: Any = None
+        self.vllm: VLLMTurns | None = None
+        self.scratch: tempfile.TemporaryDirectory[str] | None = None
 
     def start_policy(self) -> tuple[Any, Any]:
         """The model GRPO trains, before any update."""
         return self.model, self.tokenizer
 
-    def sampler(self) -> ModelTurns:
+    def sampler(self) -> ModelTurns | VLLMTurns:
         """Sampling at the config's temperature from a torch generator seeded with ``config.seed``; a step's
-        episodes are decoded ``config.episode_batch`` at a time."""
+        episodes are decoded ``config.episode_batch`` at a time. With ``--generator vllm``, vLLM writes the turns
+        (:class:`~trainers.vllm_turns.VLLMTurns`) with the adapter as it stands, reloaded after every update."""
         import torch
 
         config = self.config
+        if config.local_torch.generator == "vllm":
+            return self._vllm_sampler()
         # every rank samples its own episodes: one seed each (rank 0's is a single process's)
         seed = config.seed + World.from_env().rank
         return ModelTurns(self.model, self.tokenizer, config.max_new_tokens, config.temperature,
@@ -107,7 +114,29 @@ class TorchGRPOBackend:
         all_reduce_gradients(trainable)
         torch.nn.utils.clip_grad_norm_(trainable, MAX_GRAD_NORM)
         self.optimizer.step()
+        if self.vllm is not None:
+            self.vllm.load_adapter(self._adapter_snapshot())
         return float(sum(gather(float(loss))))
+
+    def _adapter_snapshot(self) -> Path:
+        """The adapter as it stands, saved for vLLM to load (a new folder per update)."""
+        if self.scratch is None:
+            self.scratch = tempfile.TemporaryDirectory(prefix="blobkit-vllm-adapter-")
+        path = Path(self.scratch.name) / f"update-{self.vllm.adapter_loads if self.vllm else 0}"
+        self.model.save_pretrained(path, safe_serialization=True)
+        return path
+
+    def _vllm_sampler(self) -> VLLMTurns:
+        """vLLM's engine over the policy's base, generating with the adapter the policy starts from."""
+        from .base_identity import pinned_base_path
+
+        config = self.config
+        self.vllm = VLLMTurns(str(pinned_base_path(self.source.base)), self.tokenizer,
+                              max_new_tokens=config.max_new_tokens, temperature=config.temperature,
+                              seed=config.seed, slots=config.episode_batch,
+                              max_lora_rank=int(self.model.peft_config["default"].r))
+        self.vllm.load_adapter(self._adapter_snapshot())
+        return self.vllm
 
     def save(self, checkpoint: Path) -> None:
         """The PEFT adapter (target modules sorted) and the tokenizer; the model is released afterwards."""

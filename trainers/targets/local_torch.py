@@ -40,10 +40,24 @@ class LocalTorchSettings(BaseModel):
     parallel too) or accelerate (accelerate launch with your own `accelerate config`: FSDP, DeepSpeed, several
     machines; its num_processes unless --processes is given)."""
 
+    generator: Literal["transformers", "vllm"] = "transformers"
+    """local-torch: what writes GRPO's rollout turns: transformers (the default, CPU or GPU) or vllm (the vllm
+    extra, CUDA only: batched generation with the current adapter loaded after each update; one process)."""
+
     @property
     def launched(self) -> bool:
         """Whether the fit runs in launched ranks rather than in this process."""
         return self.processes > 1 or self.launcher == "accelerate"
+
+
+def _vllm_missing() -> list[str]:
+    """What --generator vllm lacks here (vLLM, a CUDA GPU)."""
+    import torch
+
+    from trainers.vllm_turns import INSTALL
+
+    return ([] if find_spec("vllm") else [f"vllm ({INSTALL})"]) + \
+        ([] if torch.cuda.is_available() else ["a CUDA GPU (for --generator vllm)"])
 
 
 class LocalTorch(LocalTarget):
@@ -54,6 +68,9 @@ class LocalTorch(LocalTarget):
     def refusal(self, config: TrainConfig) -> str | None:
         """A global batch that splits evenly over the processes."""
         processes = config.local_torch.processes
+        if config.local_torch.generator == "vllm" and (config.method != "grpo" or config.local_torch.launched):
+            return ("--generator vllm writes GRPO rollouts in one process: use it with --method grpo and without "
+                    "--processes / --launcher accelerate")
         if config.batch_size % processes:
             return (f"--batch-size {config.batch_size} does not split over --processes {processes}: give a "
                     f"multiple of {processes} (every rank takes the same share of the global batch)")
@@ -72,6 +89,8 @@ class LocalTorch(LocalTarget):
         sections["world"] = world.record()
         if world.why_not:
             missing.append(world.why_not)
+        if config.local_torch.generator == "vllm":
+            missing += _vllm_missing()
         return TargetPlan(name=self.name, needs=("the train extra: " + ", ".join(PACKAGES), *world.needs),
                           runs_here=not missing, why_not=f"missing: {'; '.join(missing)}" if missing else None,
                           sections=sections)
