@@ -240,11 +240,10 @@ def test_company_defaults_follow_the_issues() -> None:
 
 @pytest.mark.parametrize("base", ["Qwen/Qwen2.5-0.5B-Instruct", "tiny"])
 def test_the_default_model_call_budget_pays_for_the_largest_held_out_set_a_company_kit_holds(base: str) -> None:
-    from blobkit.builder import BuildConfig
     from blobkit.company.budget import evaluations_worst_case, replay_worst_case, rl_step_worst_case
 
     config = CompanyConfig.for_base(base)
-    largest = BuildConfig.model_fields["max_tasks"].metadata[-1].le * config.build.eval_cases_per_task
+    largest = config.build.max_tasks * config.build.eval_cases_per_task  # the company's default task cap
     worst = (evaluations_worst_case(config.sft, largest) + evaluations_worst_case(config.rl, largest)
              + config.rl.steps * rl_step_worst_case(config.rl) + replay_worst_case(config))
     assert (largest, worst) == (72, config.budgets.max_model_calls)

@@ -171,7 +171,8 @@ def test_every_example_kit_has_no_row_whose_confirmation_omits_a_detail_and_a_ch
 def test_every_admitted_case_fails_the_unconfirmed_agents(example_kits: dict[str, Path]) -> None:
     with open_kit(example_kits[AIRLINE]) as kit:
         cases = kit.cases("train") + kit.cases("eval")
-    for agent in ("unconfirmed", "unconfirmed-empty", "unconfirmed-statement", "unconfirmed-other"):
+    for agent in ("unconfirmed", "unconfirmed-empty", "unconfirmed-statement", "unconfirmed-other",
+                  "unconfirmed-vague"):
         applied = [case.probes[agent] for case in cases if case.probes[agent] != "n/a"]
         assert len(applied) == sum(1 for c in cases if c.task.turns) and set(applied) == {"fail"}, agent
 

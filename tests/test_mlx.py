@@ -203,7 +203,7 @@ def test_a_tiny_local_mlx_run_through_the_cli_exports_a_trained_peft_adapter(
     assert result.exit_code == 0, result.output
     report = json.loads((out / "eval.json").read_text())
     assert set(report) == {"base", "sft", "optimizer_updates", "stopped_by", "train_seconds", "loss_history",
-                           "kit_sha256", "sft_minus_base", "model_calls", "left_out", "eval_limit"}
+                           "kit_sha256", "sft_minus_base", "sft_vs_base", "model_calls", "left_out", "eval_limit"}
     assert (report["optimizer_updates"], report["stopped_by"], report["base"]["cases"], report["sft"]["cases"]) == (
         2, None, 2, 2)
     assert [step for step, _ in report["loss_history"]] == [1, 2]

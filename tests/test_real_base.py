@@ -187,6 +187,7 @@ def test_a_tool_format_the_bases_tokenizer_cannot_hold_is_a_one_line_error_and_w
     base = tmp_path / "base"
     tiny_tokenizer.save_pretrained(base)
     (base / "config.json").write_text('{"model_type": "qwen2"}', encoding="utf-8")
+    (base / "model.safetensors").write_bytes(b"")  # a local base needs weights to pass the preflight
     out = tmp_path / "plan"
     result = subprocess.run([sys.executable, "-m", "blobkit.cli", "train", "--base", str(base), "--world",
                              str(kit_path), "--out", str(out), "--dry-run", "--method", "sft", "--target",

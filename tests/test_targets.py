@@ -59,7 +59,7 @@ class _Recording(Target):
         self.calls.append("refusal")
         return None
 
-    def plan(self, config: TrainConfig, kit: Any, base: Any, record: Any) -> TargetPlan:
+    def plan(self, config: TrainConfig, kit: Any, base: Any, record: Any, row_tokens: Any) -> TargetPlan:
         self.calls.append("plan")
         return TargetPlan(name=self.name, needs=("nothing",), runs_here=True, sections={"made_up": {"rows":
                                                                                                      record["rows"]}})
@@ -70,6 +70,7 @@ class _Recording(Target):
         return {"ran_on": self.name, "planned": plan_record["made_up"]}
 
 
+@pytest.mark.usefixtures("cached_hub_bases")  # a hub base plans only where its files are (trainers/preflight.py)
 def test_plan_and_run_ask_the_registered_target_and_nothing_else(kit_path: Path, tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(registry.TARGETS, "local-torch", _Recording())
@@ -85,6 +86,7 @@ def test_plan_and_run_ask_the_registered_target_and_nothing_else(kit_path: Path,
 
 
 @pytest.mark.parametrize(("target", "section"), [("local-mlx", "unified_memory"), ("runpod", "runpod")])
+@pytest.mark.usefixtures("cached_hub_bases")  # a hub base plans only where its files are (trainers/preflight.py)
 def test_a_dry_run_records_what_the_target_needs_and_why_it_cannot_run_here(
         target: str, section: str, kit_path: Path, adapter: Path, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -60,6 +60,7 @@ def test_grpo_runs_on_local_mlx_and_only_full_weights_are_refused_there_with_adv
         run_training(full, cast(Any, None), [], {}, lambda line: None)
 
 
+@pytest.mark.usefixtures("cached_hub_bases")  # a hub base plans only where its files are (trainers/preflight.py)
 def test_dry_run_writes_a_plan(kit_path: Path, tmp_path: Path) -> None:
     config = TrainConfig(kit=kit_path, base="Qwen/Qwen2.5-0.5B-Instruct", method="sft", target="local-torch",
                          out=tmp_path, dry_run=True)
@@ -80,6 +81,7 @@ def _bad_rows(rows: list[dict[str, Any]], change: str) -> list[dict[str, Any]]:
     return [row]
 
 
+@pytest.mark.usefixtures("cached_hub_bases")  # a hub base plans only where its files are (trainers/preflight.py)
 @pytest.mark.parametrize("change", ["unknown tool", "bad arguments"])
 def test_dry_run_refuses_invalid_rows(kit_path: Path, tmp_path: Path, change: str) -> None:
     config = TrainConfig(kit=kit_path, base="Qwen/Qwen2.5-0.5B-Instruct", method="sft", target="local-torch",
@@ -143,6 +145,7 @@ def test_train_help_shows_every_config_field_with_the_configs_own_default() -> N
         assert f"[default: ({default})]" in shown, (name, default)
 
 
+@pytest.mark.usefixtures("cached_hub_bases")  # a hub base plans only where its files are (trainers/preflight.py)
 def test_the_seed_products_plain_dry_run_plans_grpo_on_local_mlx_with_its_memory_and_rollout_budget(
         kit_path: Path, tmp_path: Path) -> None:
     from typer.testing import CliRunner
@@ -163,6 +166,7 @@ def test_the_seed_products_plain_dry_run_plans_grpo_on_local_mlx_with_its_memory
     assert "4800 model calls" in result.output and "63 GB" in result.output
 
 
+@pytest.mark.usefixtures("cached_hub_bases")  # a hub base plans only where its files are (trainers/preflight.py)
 def test_a_full_weight_grpo_dry_run_on_local_mlx_writes_the_plan_and_says_what_to_do(kit_path: Path,
                                                                                     tmp_path: Path) -> None:
     from typer.testing import CliRunner

@@ -48,6 +48,7 @@ def test_vllm_is_given_a_lora_rank_it_accepts() -> None:
 
 
 @pytest.mark.skipif(_gpu_and_vllm(), reason="checks the plan on a machine without vLLM or a GPU")
+@pytest.mark.usefixtures("cached_hub_bases")  # a hub base plans only where its files are (trainers/preflight.py)
 def test_a_vllm_dry_run_here_records_what_it_lacks(kit_path: Path, tmp_path: Path) -> None:
     config = TrainConfig(kit=kit_path, method="grpo", target="local-torch", out=tmp_path, dry_run=True,
                          local_torch={"generator": "vllm"})

@@ -88,6 +88,19 @@ class TrainConfig(BaseModel):
     """Longest row in tokens; longer rows are an error, never dropped."""
     packing: bool = False
     """Pack rows (padding-free, no cross-example attention)."""
+    shared_prefix: bool = False
+    """SFT on local-torch: run the prefix every row of a batch shares (the system prompt and tool list) once per
+    batch, its KV cache shared by the rows; the same loss and gradients as the padded batch
+    (:mod:`trainers.shared_prefix`). Not with --packing (packed rows share nothing)."""
+    gradient_checkpointing: bool = False
+    """SFT on local-torch: recompute each layer's activations in backward instead of keeping them (about a third
+    more compute, a fraction of the activation memory; plan.json's ``memory`` says what it saves)."""
+    max_batch_tokens: int | None = Field(None, ge=64)
+    """SFT on local-torch: bound the tokens of one forward pass: rows per pass are the largest divisor of
+    batch_size whose longest rows fit, and gradient accumulation keeps batch_size rows per optimizer update."""
+    memory_limit_gb: float | None = Field(None, gt=0)
+    """Memory the run may use (GB); default: 85 % of this machine's (the GPU's on CUDA). A dry run refuses an SFT
+    plan whose estimate (plan.json ``memory``) is over it, naming the settings that would fit."""
     group_by_length: bool = False
     """SFT without packing: batch rows of similar length together (seeded), so little compute goes to padding.
     Faster, but batches of one length are batches of one task shape: from scratch at a high learning rate it
@@ -108,6 +121,16 @@ class TrainConfig(BaseModel):
     prefilled once, each episode keeping its KV cache across its turns, their decode steps run as one batch. 1
     decodes one episode at a time. Greedy turns do not depend on it (bit for bit on one CPU thread, where models
     under 50 M parameters decode)."""
+    pass_k: int = Field(0, ge=0, le=16)
+    """After the end evaluation, attempt every held-out case this many more times, sampled at
+    ``pass_k_temperature``, and report pass^k (all attempts pass) beside pass@1 (:mod:`trainers.pass_k`). 0 turns
+    it off; 3 is the issue's pass^3."""
+    pass_k_temperature: float = Field(0.7, gt=0)
+    """Sampling temperature of the pass^k attempts."""
+    decoding: Literal["free", "constrained"] = "free"
+    """How tool calls are decoded in held-out evaluation, GRPO rollouts, pass^k and replay: free, or constrained
+    to the declared tools, their argument schemas and, for arguments that name a row, values the conversation holds
+    (:mod:`trainers.constrained`; hermes-style formats). Recorded in every result; the verifier is the same."""
     eval_limit: int | None = Field(None, ge=1)
     """Evaluate at most this many held-out cases (default: all)."""
     init_adapter: Path | None = None

@@ -51,6 +51,7 @@ from .export import verify_export
 from .fit import FitResult
 from .generation import Decoded
 from .ranks import World, gather, init_process_group
+from .report import paired
 from .turns import TurnPolicy, TurnRequest
 
 MAX_GRAD_NORM = 1.0
@@ -321,6 +322,8 @@ class GRPOTrainer:
         sampler = self.backend.sampler()
         order, runtime = random.Random(config.seed), self.kit.world().runtime()
         try:
+            if config.decoding != "free":
+                _constrain(sampler, config.decoding, runtime.world)
             for step in range(1, config.steps + 1):
                 if budget.exhausted(step_calls):
                     log(f"GRPO stopped before step {step}: {budget.stopped_by}")
@@ -361,7 +364,8 @@ class GRPOTrainer:
             evals = {"base": previous["base"], **evals}
         return {
             **evals,
-            f"rl_minus_{label}": {"pass_rate": round(end.pass_rate - start.pass_rate, 4), "cases": len(end.results)},
+            f"rl_minus_{label}": {"pass_rate": round(end.pass_rate - start.pass_rate, 4), "cases": len(end.results),
+                                  "paired": paired(start, end, label, "rl").model_dump(mode="json")},
             "optimizer_updates": fit.optimizer_updates, "steps_completed": fit.details["steps_completed"],
             "steps_planned": config.steps, "stopped_by": fit.stopped_by, "model_calls": fit.details["model_calls"],
             "eval_model_calls": start.model_calls + end.model_calls, "active_seconds": fit.details["active_seconds"],
@@ -369,6 +373,14 @@ class GRPOTrainer:
             "reward_history": [[step, reward] for step, reward in fit.history],
             "kit_sha256": self.kit.sha256, "group_size": config.group_size, "shaping": None,
         }
+
+
+def _constrain(sampler: Any, decoding: str, world: Any) -> None:
+    """Mask the rollout turns of the torch sampler (:class:`~trainers.episode_decode.ModelTurns`) to the
+    grammar of :mod:`trainers.constrained`; the config refuses constrained GRPO on local-mlx."""
+    from .evaluation import turn_constraint
+
+    sampler.constraint = turn_constraint(decoding, sampler.tokenizer, sampler.tool_format, world)
 
 
 def _previous_eval(config: TrainConfig) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from .errors import ConfigError
 from .formats import Choice, apply_tool_format
 from .grounding import with_grounding_repeats
 from .grpo import step_model_calls
+from .preflight import preflight, rows_too_long
 from .targets.registry import target_for
 
 
@@ -92,10 +93,12 @@ def _shared_prefix(sequences: list[list[int]]) -> int:
 
 
 def _count_tokens(base: ResolvedBase, rows: list[dict[str, Any]], config: TrainConfig) -> tuple[dict[str, Any],
-                                                                                                  Choice | None]:
-    """Token counts of the rows under the base's tool format (and the format), when the tokenizer is here."""
+                                                                                                  Choice | None,
+                                                                                                  list[int]]:
+    """Token counts of the rows under the base's tool format (and the format, and each row's count), when the
+    tokenizer is here."""
     if not base.on_disk:
-        return {"tokenized": False, "reason": "base tokenizer not available locally"}, None
+        return {"tokenized": False, "reason": "base tokenizer not available locally"}, None, []
     from transformers import AutoTokenizer
 
     from .sft_torch import row_ids
@@ -110,7 +113,7 @@ def _count_tokens(base: ResolvedBase, rows: list[dict[str, Any]], config: TrainC
     return {"tokenized": True, "tokens": sum(counts), "max_row_tokens": max(counts, default=0),
             "mean_row_tokens": round(mean, 1), "shared_prefix_tokens": prefix,
             "shared_prefix_share": round(prefix / mean, 4) if mean else 0.0,
-            "rows_over_max_length": too_long}, choice
+            "rows_over_max_length": too_long}, choice, counts
 
 
 def _parameters(base: ResolvedBase) -> int:
@@ -154,6 +157,28 @@ def trained_tokens(record: Mapping[str, Any], config: TrainConfig) -> int:
     return round((tokens["tokens"] + record["grounding_examples"] * tokens["mean_row_tokens"]) * config.epochs)
 
 
+def sft_memory(base: ResolvedBase, config: TrainConfig, counts: list[int], prefix: int) -> dict[str, Any]:
+    """plan.json's ``memory`` (:mod:`trainers.memory_estimate`); ConfigError naming what would fit when it does not."""
+    import torch
+
+    from .memory_estimate import sft_memory_estimate
+
+    try:
+        estimate = sft_memory_estimate(Path(base.name_or_path), _parameters(base), counts, config, prefix,
+                                       "cuda" if torch.cuda.is_available() else "cpu")
+    except (OSError, ValueError) as exc:
+        return {"estimated": False, "reason": f"the base's config.json cannot be read: {exc}"}
+    if not estimate.fits:
+        would = ("; these would fit: " + "; ".join(estimate.fitting)) if estimate.fitting else (
+            "; nothing fits at one row per pass with --gradient-checkpointing: shorten the rows or use a machine "
+            "with more memory")
+        raise ConfigError(f"the plan needs about {estimate.estimate_gb} GB ({estimate.micro_batch} rows of up to "
+                          f"{estimate.longest_row_tokens} tokens per pass; "
+                          + ", ".join(f"{k} {v:.1f}" for k, v in estimate.parts_gb.items())
+                          + f" GB) but {estimate.limit_gb} GB is available on {estimate.device}{would}")
+    return estimate.model_dump(mode="json")
+
+
 def rollout_budget(config: TrainConfig) -> dict[str, Any]:
     """The most model calls GRPO's planned steps may make (each step starts only if its worst case fits)."""
     per_step = step_model_calls(config)
@@ -163,13 +188,17 @@ def rollout_budget(config: TrainConfig) -> dict[str, Any]:
 
 
 def plan(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], data_path: Path) -> dict[str, Any]:
-    """Validate everything and write OUT/plan.json; raise on any problem."""
+    """Validate everything and write OUT/plan.json; raise on any problem, writing nothing.
+
+    The :mod:`trainers.preflight` checks run first (the output folder can be written, the base can be
+    loaded without downloading anything here), so a run that cannot start fails before any work.
+    """
+    preflight(config, target_for(config.target).preflight_skips(config))
     base = resolve_base(config.base, config.revision)
     validate_rows(kit.world(), rows)
-    tokens, choice = _count_tokens(base, rows, config)
+    tokens, choice, counts = _count_tokens(base, rows, config)
     if tokens.get("rows_over_max_length"):
-        raise ConfigError(f"rows {tokens['rows_over_max_length'][:10]} are longer than --max-length "
-                          f"{config.max_length} tokens; raise it (rows are never dropped)")
+        raise rows_too_long(config, tokens["rows_over_max_length"], tokens["max_row_tokens"])
     extra = (len(with_grounding_repeats(rows, config.grounding_repeats, config.answer_quote_repeats)) - len(rows)
              if config.method == "sft" else 0)
     steps_per_epoch = -(-(len(rows) + extra) // config.batch_size)
@@ -187,7 +216,7 @@ def plan(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], data_path: P
     if config.method == "grpo":
         result["rollout_budget"] = rollout_budget(config)
     refusal = config.unsupported()
-    target = target_for(config.target).plan(config, kit, base, result)
+    target = target_for(config.target).plan(config, kit, base, result, counts)
     if tokens.get("tokenized"):
         result["cost"] = NOT_ESTIMATED
     result.update({**target.sections, "target": target.record()})

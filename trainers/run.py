@@ -38,8 +38,9 @@ def evaluate_policy(model: Any, tokenizer: Any, loaded: LoadedWorld, cases: list
     runtime = loaded.runtime()
     try:
         started = time.monotonic()
-        summary = evaluate_cases(model_policy(model, tokenizer, config.max_new_tokens, config.episode_batch),
-                                 runtime, cases, config.max_turns, universe=universe)
+        policy = model_policy(model, tokenizer, config.max_new_tokens, config.episode_batch,
+                              decoding=config.decoding, world=loaded.world)
+        summary = evaluate_cases(policy, runtime, cases, config.max_turns, universe=universe)
     finally:
         runtime.close()
     log(f"{label}: held-out pass rate {rate_text(summary.to_json())} ({time.monotonic() - started:.0f}s)")
@@ -57,6 +58,20 @@ def _tokenizable(cases: list[KitCase], loaded: LoadedWorld, tokenizer: Any, log:
         log(f"left out {len(found.left_out)} held-out case(s) whose required text the tokenizer cannot write back "
             f"unchanged (first: {next(iter(found.left_out.items()))})")
     return found
+
+
+def _pass_k(model: Any, tokenizer: Any, loaded: LoadedWorld, cases: list[KitCase], config: TrainConfig,
+            log: Log) -> dict[str, Any]:
+    """pass^k of the exported model beside its pass@1 (:mod:`trainers.pass_k`), as eval.json records it."""
+    from .pass_k import evaluate_pass_k
+
+    runtime = loaded.runtime()
+    try:
+        record = evaluate_pass_k(model, tokenizer, runtime, cases, config, loaded.world)
+    finally:
+        runtime.close()
+    log(f"sampled: {record.text()}")
+    return record.model_dump(mode="json")
 
 
 def run_training(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: dict[str, Any],
@@ -91,6 +106,10 @@ def run_skeleton(config: TrainConfig, kit: Kit, trainer: Trainer, log: Log, stop
     reloaded, tokenizer, _ = load_export(export)
     end = evaluate_policy(reloaded, tokenizer, loaded, cases, config, log, trainer.end_label, held_out)
     report = {**trainer.report(start, end, fit), "left_out": expressible.record(), "eval_limit": config.eval_limit}
+    for label in (trainer.start_label, trainer.end_label):
+        report[label]["decoding"] = config.decoding
+    if config.pass_k:
+        report[trainer.end_label]["pass_hat_k"] = _pass_k(reloaded, tokenizer, loaded, cases, config, log)
     atomic_write_json(config.out / "eval.json", report)
     atomic_write_json(config.out / f"eval_cases_{trainer.end_label}.json", [r.to_json() for r in end.results])
     evals: dict[str, Any] = {name: report[name] for name in ("base", "sft", "rl") if name in report}

@@ -106,6 +106,10 @@ class Table(StrictModel):
     checks: tuple[str, ...] = Field(default=(), max_length=16)
     """CHECK constraints: SQL expressions over a row's columns that every row must satisfy (a write that breaks
     one is refused), e.g. "seats_left >= 0"."""
+    owner: Identifier | None = None
+    """The column whose reference owns this table's rows: a row belongs to the entity of the row it names (a loan to
+    its patron, not to the copy it lends). Required when the table references more than one other table; null
+    with one such reference, that one."""
 
     @model_validator(mode="after")
     def _has_a_primary_key(self) -> Table:
@@ -606,11 +610,13 @@ class Procedures(StrictModel):
     verifiers require them, and the gate's policy-skip probes (a chain without the step) must fail. A write the
     customer must confirm is declared on the tool (``confirm``)."""
 
-    identify: Identifier | None = None
-    """The read tool that verifies who the customer is (row-shaped, one required parameter anchored to a natural
-    key of the identity table, e.g. find_customer_by_email). Every call naming a row that belongs to a row of
-    that table (following owning foreign keys: a customer's orders and their items) must come after a
-    successful call of it that returned that row; minted chains start with it. Null: no identification."""
+    identify: Identifier | tuple[Identifier, ...] | None = None
+    """The read tool that verifies who the customer is (row-shaped, its required parameters anchored to natural
+    keys of the identity table, e.g. find_customer_by_email), or several, any of which identifies them (by email,
+    or by name and zip code: find_customer_by_name_zip with two parameters). Every call naming a row that belongs
+    to a row of that table (following owning foreign keys: a customer's orders and their items) must come after a
+    successful call of one of them that returned that row; minted chains start with one (seeded per case). Null:
+    no identification."""
     check_before_write: bool = False
     """Whether a write is attempted only when its preconditions hold: where one does not, the agent reads the
     row, does not call the write, and explains in its own words (the precondition's ``explanation``)."""
@@ -622,7 +628,7 @@ class Procedures(StrictModel):
     @property
     def declared(self) -> bool:
         """Whether any procedure is declared."""
-        return self.identify is not None or self.check_before_write
+        return bool(self.identify) or self.check_before_write
 
 
 class World(StrictModel):

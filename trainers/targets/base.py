@@ -17,7 +17,7 @@ one line in :mod:`trainers.targets.registry`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
@@ -63,10 +63,18 @@ class Target(ABC):
         """Why ``config`` cannot run on this target (with what can), or None when it can. No I/O."""
         return None
 
+    def preflight_skips(self, config: TrainConfig) -> frozenset[str]:
+        """Names of :data:`trainers.preflight.CHECKS` that do not apply on this machine (the target makes them
+        where it runs); none by default."""
+        return frozenset()
+
     @abstractmethod
-    def plan(self, config: TrainConfig, kit: Kit, base: ResolvedBase, record: Mapping[str, Any]) -> TargetPlan:
+    def plan(self, config: TrainConfig, kit: Kit, base: ResolvedBase, record: Mapping[str, Any],
+             row_tokens: Sequence[int]) -> TargetPlan:
         """Needs, whether they are met here, and the cost sections, for a plan whose common part is ``record``
-        (rows, tokens, base…). Runs only when :meth:`refusal` is None, except that a dry run asks anyway."""
+        (rows, tokens, base…); ``row_tokens`` is each row's token count (empty when the tokenizer is not here).
+        Asked whether or not :meth:`refusal` refuses (a dry run records both); ConfigError when the run cannot
+        fit."""
 
     def gate(self, config: TrainConfig, environ: Mapping[str, str]) -> None:
         """Refuse (SpendGateError) before anything is written when the run would spend money unconfirmed."""

@@ -6,7 +6,7 @@ It trains LoRA adapters only, without packing; its plan carries the unified-memo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -29,16 +29,23 @@ class LocalMLX(LocalTarget):
     name: ClassVar[str] = "local-mlx"
 
     def refusal(self, config: TrainConfig) -> str | None:
-        """LoRA only, and SFT without packing."""
+        """LoRA only, SFT without packing or a shared prefix, GRPO sampling without constrained decoding."""
         if config.method == "sft" and (config.full or config.packing):
             return ("local-mlx trains LoRA adapters without packing; drop --full/--packing or use "
                     "--target local-torch")
+        if config.shared_prefix and config.method == "sft":
+            return ("--shared-prefix runs SFT's shared prefix once per padded batch on local-torch; drop --packing "
+                    "(packed rows share no prefix) or --shared-prefix, or use --target local-torch")
+        if config.decoding == "constrained" and config.method == "grpo":
+            return ("--decoding constrained masks torch logits; GRPO on local-mlx samples with mlx: use --decoding "
+                    "free there (its evaluations can still be constrained with blobkit eval --model --decoding)")
         if config.full:
             return ("GRPO on local-mlx trains a LoRA adapter; drop --full (to start from a fully trained SFT "
                     "model, pass its export with --init-adapter: GRPO trains an adapter on top of it)")
         return None
 
-    def plan(self, config: TrainConfig, kit: Kit, base: ResolvedBase, record: Mapping[str, Any]) -> TargetPlan:
+    def plan(self, config: TrainConfig, kit: Kit, base: ResolvedBase, record: Mapping[str, Any],
+             row_tokens: Sequence[int]) -> TargetPlan:
         """Needs mlx and mlx-lm; adds the unified-memory estimate (``unified_memory``)."""
         from trainers.memory import unified_memory_estimate
 

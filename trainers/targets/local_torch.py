@@ -6,7 +6,7 @@ TRL), and is the only target with a CPU-minutes estimate in its plan (:func:`tra
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -71,18 +71,25 @@ class LocalTorch(LocalTarget):
         if config.local_torch.generator == "vllm" and (config.method != "grpo" or config.local_torch.launched):
             return ("--generator vllm writes GRPO rollouts in one process: use it with --method grpo and without "
                     "--processes / --launcher accelerate")
+        if config.shared_prefix and config.local_torch.launched:
+            return ("--shared-prefix runs its own loss in one process; over --processes the forward goes through "
+                    "DDP: drop one of them")
         if config.batch_size % processes:
             return (f"--batch-size {config.batch_size} does not split over --processes {processes}: give a "
                     f"multiple of {processes} (every rank takes the same share of the global batch)")
         return None
 
-    def plan(self, config: TrainConfig, kit: Kit, base: ResolvedBase, record: Mapping[str, Any]) -> TargetPlan:
-        """Needs the train extra; adds the CPU-minutes estimate (``cost``) when the rows were tokenized."""
-        from trainers.plan import cpu_cost, trained_tokens
+    def plan(self, config: TrainConfig, kit: Kit, base: ResolvedBase, record: Mapping[str, Any],
+             row_tokens: Sequence[int]) -> TargetPlan:
+        """Needs the train extra; adds the CPU-minutes estimate (``cost``) when the rows were tokenized, SFT's
+        memory estimate (``memory``; ConfigError with what would fit when it does not), and the world."""
+        from trainers.plan import cpu_cost, sft_memory, trained_tokens
 
         missing = [name for name in PACKAGES if find_spec(name) is None]
         sections = {"cost": cpu_cost(base, config, trained_tokens(record, config))} if record["tokens"].get(
             "tokenized") else {}
+        if config.method == "sft" and row_tokens:
+            sections["memory"] = sft_memory(base, config, list(row_tokens), record["tokens"]["shared_prefix_tokens"])
         from trainers.launch import world_plan
 
         world = world_plan(config)

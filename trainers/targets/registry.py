@@ -38,6 +38,14 @@ def target_for(name: str) -> Target:
 def unsupported(config: TrainConfig) -> str | None:
     """Why ``config``'s method/target/option combination cannot run (with what can), or None when it can."""
     refusal = target_for(config.target).refusal(config)
-    if refusal is None and config.merge and config.full:
+    if refusal is not None:
+        return refusal
+    if config.shared_prefix and config.method == "sft" and config.packing:
+        return ("--shared-prefix runs SFT's shared prefix once per padded batch on local-torch; drop --packing "
+                "(packed rows share no prefix) or --shared-prefix, or use --target local-torch")
+    if config.shared_prefix and config.gradient_checkpointing and config.method == "sft":
+        return ("--shared-prefix keeps the prefix's KV cache for the batch's rows, which gradient checkpointing "
+                "would drop; use one of them (plan.json's memory says what each needs)")
+    if config.merge and config.full:
         return "--merge merges a LoRA adapter into its base; a --full run already exports the whole model"
-    return refusal
+    return None

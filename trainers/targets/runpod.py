@@ -7,7 +7,7 @@ limit); the machinery (client, bundle, store, pod, results) is :mod:`trainers.ru
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -52,7 +52,14 @@ class RunPod(Target):
                     "(the pod trains one rank per GPU)")
         return None
 
-    def plan(self, config: TrainConfig, kit: Kit, base: ResolvedBase, record: Mapping[str, Any]) -> TargetPlan:
+    def preflight_skips(self, config: TrainConfig) -> frozenset[str]:
+        """A hub base is downloaded on the pod, not here; a local base is bundled, so it is checked here."""
+        from pathlib import Path
+
+        return frozenset() if Path(config.base).is_dir() else frozenset({"base"})
+
+    def plan(self, config: TrainConfig, kit: Kit, base: ResolvedBase, record: Mapping[str, Any],
+             row_tokens: Sequence[int]) -> TargetPlan:
         """Needs a key, a store, a confirmation and an SFT export; adds the launch with its price (``runpod``)."""
         from trainers.runpod import RunPodSettings, launch_plan, missing_for_launch
 
