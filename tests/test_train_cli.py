@@ -14,6 +14,8 @@ from trainers.config import TrainConfig
 from trainers.export import export_model, verify_export
 from trainers.plan import plan
 from trainers.run import run_training
+from trainers.targets.local_torch import LocalTorchSettings
+from trainers.targets.runpod import RunPodTargetSettings
 from world_format.kit import open_kit
 
 
@@ -133,7 +135,10 @@ def test_train_help_shows_every_config_field_with_the_configs_own_default() -> N
     from blobkit.cli import app
 
     shown = " ".join(CliRunner().invoke(app, ["train", "--help"], env={"COLUMNS": "2000"}).output.split())
-    for name, info in TrainConfig.model_fields.items():
+    fields = [(name, info) for name, info in TrainConfig.model_fields.items() if name not in ("runpod", "local_torch")]
+    # a target's nested settings: flags of their own
+    fields += [*RunPodTargetSettings.model_fields.items(), *LocalTorchSettings.model_fields.items()]
+    for name, info in fields:
         flag = {"kit": "--world", "learning_rate": "--lr"}.get(name, "--" + name.replace("_", "-"))
         assert flag in shown, name
         default = "none" if info.default is None else str(info.default)

@@ -16,9 +16,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainers.errors import ConfigError
+from trainers.targets.local_torch import LocalTorchSettings
+from trainers.targets.registry import TargetName
+from trainers.targets.runpod import RunPodTargetSettings
 
 Method = Literal["sft", "grpo"]
-Target = Literal["local-torch", "local-mlx", "runpod"]
 ToolFormatName = Literal["auto", "blobkit", "hermes", "qwen3", "llama3", "lfm2"]
 """``auto`` and the names of :data:`trainers.formats.FORMATS` (a test keeps the two lists equal)."""
 
@@ -54,8 +56,8 @@ class TrainConfig(BaseModel):
     hermes (Qwen2.5), qwen3, llama3 or lfm2 (spec/tool-formats.md)."""
     method: Method = "grpo"
     """Training method."""
-    target: Target = "local-mlx"
-    """Where training runs."""
+    target: TargetName = "local-mlx"
+    """Where training runs (trainers/targets/: local-torch, local-mlx or runpod)."""
     out: Path = Path("out/train")
     """Output directory."""
     dry_run: bool = False
@@ -149,12 +151,10 @@ class TrainConfig(BaseModel):
     """Budget: stop training at a step boundary once this many minutes of training have passed."""
     confirm_spend: bool = False
     """Allow a paid target (runpod) to create resources that cost money."""
-    max_hours: float = Field(2.0, gt=0)
-    """runpod: the pod terminates itself (and the host terminates it) after this many hours."""
-    gpu_type: str = "NVIDIA GeForce RTX 4090"
-    """runpod: GPU type id from RunPod's catalog."""
-    gpu_count: int = Field(1, ge=1, le=8)
-    """runpod: GPUs per pod."""
+    local_torch: LocalTorchSettings = LocalTorchSettings()
+    """The local-torch target's settings: processes and their launcher."""
+    runpod: RunPodTargetSettings = RunPodTargetSettings()
+    """The runpod target's settings: GPU type and count, the pod's hour limit."""
 
     @property
     def turn_cap(self) -> int:
@@ -182,29 +182,11 @@ class TrainConfig(BaseModel):
     def unsupported(self) -> str | None:
         """Why this method/target/option combination cannot run (with what can), or None when it can.
 
-        The one place the method/target rules live; the CLI, the planner and every target ask here.
+        Asks the target (:func:`trainers.targets.registry.unsupported`, the one place the rules live).
         """
-        if self.target == "local-mlx" and self.method == "sft" and (self.full or self.packing):
-            return ("local-mlx trains LoRA adapters without packing; drop --full/--packing or use "
-                    "--target local-torch")
-        if self.shared_prefix and self.method == "sft" and (self.packing or self.target == "local-mlx"):
-            return ("--shared-prefix runs SFT's shared prefix once per padded batch on local-torch; drop --packing "
-                    "(packed rows share no prefix) or --shared-prefix, or use --target local-torch")
-        if self.shared_prefix and self.gradient_checkpointing and self.method == "sft":
-            return ("--shared-prefix keeps the prefix's KV cache for the batch's rows, which gradient checkpointing "
-                    "would drop; use one of them (plan.json's memory says what each needs)")
-        if self.decoding == "constrained" and self.target == "local-mlx" and self.method == "grpo":
-            return ("--decoding constrained masks torch logits; GRPO on local-mlx samples with mlx: use --decoding "
-                    "free there (its evaluations can still be constrained with blobkit eval --model --decoding)")
-        if self.target == "local-mlx" and self.full:
-            return ("GRPO on local-mlx trains a LoRA adapter; drop --full (to start from a fully trained SFT "
-                    "model, pass its export with --init-adapter: GRPO trains an adapter on top of it)")
-        if self.target == "runpod" and self.method != "grpo":
-            return ("runpod runs GRPO only: train SFT locally first (--target local-torch or local-mlx), then pass "
-                    "its export with --init-adapter to --method grpo --target runpod")
-        if self.merge and self.full:
-            return "--merge merges a LoRA adapter into its base; a --full run already exports the whole model"
-        return None
+        from trainers.targets.registry import unsupported
+
+        return unsupported(self)
 
     def as_json(self) -> dict[str, Any]:
         """The config as plain JSON (what plan.json, checkpoints and exports record)."""

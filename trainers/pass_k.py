@@ -124,6 +124,6 @@ def evaluate_pass_k(model: Any, tokenizer: Any, runtime: WorldRuntime, cases: Se
         return ModelTurns(model, tokenizer, config.max_new_tokens, temperature=config.pass_k_temperature,
                           generator=generator, slots=config.episode_batch, tool_format=fmt, constraint=constraint)
 
-    attempts = sampled_attempts(policy_for, runtime, cases, config.max_turns, k=config.pass_k, seed=config.seed)
+    attempts = sampled_attempts(policy_for, runtime, cases, config.turn_cap, k=config.pass_k, seed=config.seed)
     return pass_k_record(attempts, temperature=config.pass_k_temperature, seed=config.seed,
                          decoding=config.decoding)

@@ -8,13 +8,16 @@ package converted here, with its sha256), the tool format chosen for it and why,
 base's tokenizer is on this machine, the tokens per row under that format, the share of them that
 is the shared prefix (system prompt and tool list, the same in every row), and an estimate of the
 SFT minutes on this machine's CPU (:func:`cpu_cost`). A GRPO plan carries its rollout budget (the
-most model calls its steps may make); a local-mlx plan its unified-memory estimate for Apple silicon
-(:mod:`trainers.memory`).
+most model calls its steps may make). The target adds its own part (:meth:`trainers.targets.base.Target.plan`):
+``target`` (what it needs, whether it runs here and why not) and its sections: local-torch the CPU
+estimate (``cost``), local-mlx its unified-memory estimate for Apple silicon (:mod:`trainers.memory`),
+runpod the launch with its price (``runpod``).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +32,8 @@ from .errors import ConfigError
 from .formats import Choice, apply_tool_format
 from .grounding import with_grounding_repeats
 from .grpo import step_model_calls
-from .memory import unified_memory_estimate
 from .preflight import preflight, rows_too_long
+from .targets.registry import target_for
 
 
 def validate_rows(loaded: LoadedWorld, rows: list[dict[str, Any]]) -> None:
@@ -73,6 +76,10 @@ CPU_FULL_TOKENS_PER_SECOND = 194.9
 idle, 71.4 on one thread under load average 5."""
 CPU_RATE_PARAMETERS = 134_515_008
 """Parameters of the model the rates were measured on (SmolLM2-135M-Instruct, tied embeddings)."""
+
+
+NOT_ESTIMATED = {"estimated": False, "reason": "estimated for SFT on local-torch with a base on this machine only"}
+"""The ``cost`` of a tokenized plan whose target gives no estimate of its own."""
 
 
 def _shared_prefix(sequences: list[list[int]]) -> int:
@@ -127,10 +134,10 @@ def cpu_cost(base: ResolvedBase, config: TrainConfig, trained_tokens: int) -> di
 
     The rate is :data:`CPU_LORA_TOKENS_PER_SECOND` (or the full-weight one) measured on SmolLM2-135M here;
     for another base it is scaled by parameters (SmolLM2's count / the base's), which is rough for a
-    base of very different shape. Only SFT on local-torch is estimated.
+    base of very different shape. Only SFT is estimated (the local-torch target asks for it).
     """
-    if config.method != "sft" or config.target != "local-torch" or not base.on_disk:
-        return {"estimated": False, "reason": "estimated for SFT on local-torch with a base on this machine only"}
+    if config.method != "sft" or not base.on_disk:
+        return NOT_ESTIMATED
     rate = CPU_FULL_TOKENS_PER_SECOND if config.full else CPU_LORA_TOKENS_PER_SECOND
     parameters = _parameters(base)
     scaled = rate * CPU_RATE_PARAMETERS / max(parameters, 1)
@@ -144,7 +151,14 @@ def cpu_cost(base: ResolvedBase, config: TrainConfig, trained_tokens: int) -> di
                        f"{parameters:,} parameters"))}
 
 
-def _memory(base: ResolvedBase, config: TrainConfig, counts: list[int], prefix: int) -> dict[str, Any]:
+def trained_tokens(record: Mapping[str, Any], config: TrainConfig) -> int:
+    """Tokens SFT trains on: the rows' tokens plus the grounding examples' (each counted at the mean row length,
+    an upper bound: they are prefixes of their rows), times the epochs. Needs a tokenized plan record."""
+    tokens = record["tokens"]
+    return round((tokens["tokens"] + record["grounding_examples"] * tokens["mean_row_tokens"]) * config.epochs)
+
+
+def sft_memory(base: ResolvedBase, config: TrainConfig, counts: list[int], prefix: int) -> dict[str, Any]:
     """plan.json's ``memory`` (:mod:`trainers.memory_estimate`); ConfigError naming what would fit when it does not."""
     import torch
 
@@ -183,7 +197,7 @@ def plan(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], data_path: P
     loaded without downloading anything here), so a run that cannot start fails before any work.
     """
     config, limit = episode_limit(config, kit)
-    preflight(config)
+    preflight(config, target_for(config.target).preflight_skips(config))
     base = resolve_base(config.base, config.revision)
     validate_rows(kit.world(), rows)
     tokens, choice, counts = _count_tokens(base, rows, config)
@@ -204,22 +218,14 @@ def plan(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], data_path: P
         "vram_estimate_gb": base.vram_estimate_gb(config.method),
         "episode_limit": limit,
     }
-    if tokens.get("tokenized"):
-        # grounding examples are prefixes of their rows: counted at their row's mean length, an upper bound
-        trained = round((tokens["tokens"] + extra * tokens["mean_row_tokens"]) * config.epochs)
-        result["cost"] = cpu_cost(base, config, trained)
-    if config.method == "sft" and config.target == "local-torch" and counts:
-        result["memory"] = _memory(base, config, counts, tokens["shared_prefix_tokens"])
     if config.method == "grpo":
         result["rollout_budget"] = rollout_budget(config)
-    if config.target == "local-mlx":
-        result["unified_memory"] = unified_memory_estimate(base, config)
     refusal = config.unsupported()
+    target = target_for(config.target).plan(config, kit, base, result, counts)
+    if tokens.get("tokenized"):
+        result["cost"] = NOT_ESTIMATED
+    result.update({**target.sections, "target": target.record()})
     if refusal:
         result["unsupported"] = refusal
-    elif config.target == "runpod":
-        from .runpod import launch_plan
-
-        result["runpod"] = launch_plan(config, kit, result)
     atomic_write_json(config.out / "plan.json", result)
     return result

@@ -30,6 +30,7 @@ from .fit import Trainer
 from .intervals import rate_text
 from .model_card import add_model_card, model_card
 from .report import plot_training
+from .targets.registry import target_for
 from .tokenizable import Tokenizable, tokenizable_cases
 
 
@@ -82,23 +83,10 @@ def _pass_k(model: Any, tokenizer: Any, loaded: LoadedWorld, cases: list[KitCase
     return record.model_dump(mode="json")
 
 
-def _trainer(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: dict[str, Any]) -> Trainer:
-    if config.method == "grpo":
-        from .grpo import GRPOTrainer
-
-        return GRPOTrainer(config, kit, rows, plan_record)
-    if config.target == "local-mlx":
-        from .sft_mlx import MLXSFTTrainer
-
-        return MLXSFTTrainer(config, kit, rows, plan_record)
-    from .sft_torch import TorchSFTTrainer
-
-    return TorchSFTTrainer(config, kit, rows, plan_record)
-
-
 def run_training(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: dict[str, Any],
                  log: Log, stop: Stop | None = None) -> dict[str, Any]:
-    """Run a validated, planned run on its target; every target returns (and writes) the eval.json record.
+    """Run a validated, planned run on its target (:meth:`trainers.targets.base.Target.run`); every target returns
+    (and writes) the eval.json record.
 
     ``stop`` is polled at every step boundary together with the config's budgets; training then
     ends at that boundary, the partial model is still exported and evaluated, and ``stopped_by``
@@ -109,11 +97,12 @@ def run_training(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan
     if refusal:
         raise TargetUnavailableError(refusal)
     config, _ = episode_limit(config, kit)
-    if config.target == "runpod":
-        from .runpod import train_runpod
+    return target_for(config.target).run(config, kit, rows, plan_record, log, stop)
 
-        return train_runpod(config, kit, rows, plan_record, log, stop)
-    trainer = _trainer(config, kit, rows, plan_record)
+
+def run_skeleton(config: TrainConfig, kit: Kit, trainer: Trainer, log: Log, stop: Stop | None) -> dict[str, Any]:
+    """The skeleton around ``trainer`` in this process (a local target's run): start evaluation, fit, export,
+    (merge), reload, end evaluation, report; returns (and writes) the eval.json record."""
     loaded, held_out = kit.world(), kit.cases("eval")
     model, tokenizer = trainer.start_policy()
     expressible = _tokenizable(held_out[: config.eval_limit], loaded, tokenizer, log)

@@ -28,6 +28,7 @@ from .formats import apply_tool_format
 from .grounding import with_grounding_repeats
 from .lora import peft_lora_config
 from .memory_estimate import micro_batch
+from .ranks import DDP_TIMEOUT_SECONDS, World
 from .report import sft_report
 from .shared_prefix import NLL
 
@@ -170,12 +171,15 @@ def _plain_nll(causal_lm: Any, inputs: dict[str, Any]) -> NLL:
 
 
 def _sft_arguments(config: TrainConfig, scratch: str, *, max_steps: int | None, progress: bool, log_every: int,
-                   cuda: bool, bf16: bool, rows_per_pass: int | None = None) -> Any:
+                   cuda: bool, bf16: bool, world: World, rows_per_pass: int | None = None) -> Any:
     """TRL's ``SFTConfig`` for ``config``: assistant-only loss, no checkpoints, CPU-friendly defaults.
 
-    ``rows_per_pass`` (a divisor of ``config.batch_size``, :func:`trainers.memory_estimate.micro_batch`): rows per
-    forward pass, with gradient accumulation making up ``batch_size`` rows per optimizer update."""
-    micro = rows_per_pass or config.batch_size
+    Over ``world.size`` ranks each takes ``batch_size / size`` rows a step, so the global batch (and with it
+    the steps and the learning-rate schedule) is one process's; gloo on a CPU, nccl on CUDA. ``rows_per_pass``
+    (:func:`trainers.memory_estimate.micro_batch`): at most this many rows per forward pass (the largest divisor
+    of a rank's rows that fits), with gradient accumulation making up the rank's rows per optimizer update."""
+    per_rank = config.batch_size // world.size
+    micro = max(d for d in range(1, per_rank + 1) if per_rank % d == 0 and d <= (rows_per_pass or per_rank))
     from trl import SFTConfig
 
     return SFTConfig(
@@ -183,7 +187,7 @@ def _sft_arguments(config: TrainConfig, scratch: str, *, max_steps: int | None, 
         num_train_epochs=float(config.epochs),
         max_steps=max_steps if max_steps is not None else -1,
         per_device_train_batch_size=micro,
-        gradient_accumulation_steps=config.batch_size // micro,
+        gradient_accumulation_steps=per_rank // micro,
         learning_rate=config.learning_rate,
         lr_scheduler_type=config.lr_scheduler,
         # transformers 5 dropped ``warmup_ratio``: a float in [0, 1) for ``warmup_steps`` is a ratio.
@@ -211,6 +215,8 @@ def _sft_arguments(config: TrainConfig, scratch: str, *, max_steps: int | None, 
         dataloader_num_workers=0,
         dataloader_pin_memory=cuda,
         dataset_num_proc=None,
+        ddp_backend="gloo" if world.distributed and not cuda else None,
+        ddp_timeout=DDP_TIMEOUT_SECONDS,
     )
 
 
@@ -293,7 +299,9 @@ def train_sft(
         raise ConfigError("train_sft needs at least one row")
     if max_steps is not None and max_steps < 1:
         raise ConfigError("max_steps must be >= 1 when given")
-    lora, model_dir, out_dir = not config.full, Path(model_dir), Path(out_dir)
+    lora, model_dir, out_dir, world = not config.full, Path(model_dir), Path(out_dir), World.from_env()
+    if config.batch_size % world.size:
+        raise ConfigError(f"--batch-size {config.batch_size} does not split over {world.size} processes")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     apply_tool_format(tokenizer, config.tool_format, where=str(model_dir))
     counts = _check_lengths(tokenizer, rows, config.max_length)
@@ -304,12 +312,17 @@ def train_sft(
     recorders, losses, stopped = _recorders(stop)
     with tempfile.TemporaryDirectory(prefix="blobkit-sft-") as scratch:
         args = _sft_arguments(config, scratch, max_steps=max_steps, progress=progress, log_every=log_every,
-                              cuda=cuda, bf16=bf16,
+                              cuda=cuda, bf16=bf16, world=world,
                               rows_per_pass=micro_batch(config.batch_size, max(counts), config.max_batch_tokens))
         # On CUDA, TRL's own fused head already scores only labelled positions (Triton) and avoids
-        # materialising vocabulary-wide logits; on a CPU the compact loss is ~1.4x faster per step.
-        trainer_class = (_assistant_token_loss(SFTTrainer, config.shared_prefix) if config.shared_prefix or not cuda
-                         else SFTTrainer)
+        # materialising vocabulary-wide logits; on a CPU the compact loss is ~1.4x faster per step. Over several
+        # ranks the forward must go through DDP's wrapper (its gradient hooks), which the compact loss bypasses
+        # (local-torch refuses --shared-prefix with --processes).
+        if world.distributed:
+            trainer_class = SFTTrainer
+        else:
+            trainer_class = (_assistant_token_loss(SFTTrainer, config.shared_prefix) if config.shared_prefix or not cuda
+                             else SFTTrainer)
         trainer = trainer_class(model=model, args=args, train_dataset=rows_to_dataset(rows), processing_class=tokenizer,
                                 peft_config=peft_lora_config(config.lora_rank) if lora else None,
                                 callbacks=[*recorders, *callbacks])
@@ -321,7 +334,8 @@ def train_sft(
         start = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - start
-    _save(trainer.model, tokenizer, out_dir, lora)
+    if world.is_main:
+        _save(trainer.model, tokenizer, out_dir, lora)
     return SFTResult(loss_history=losses, optimizer_steps=int(trainer.state.global_step), train_seconds=seconds,
                      output_dir=out_dir, kind="lora" if lora else "full", stopped_by=stopped[0] if stopped else None)
 
@@ -353,7 +367,8 @@ class TorchSFTTrainer:
         checkpoint = config.out / "checkpoint"
         result = train_sft(Path(self.base["name_or_path"]), self.rows, checkpoint, config, stop=budget.step_stop,
                            callbacks=[_loss_log(log)])
-        atomic_write_json(checkpoint / "train_config.json", config.as_json())
+        if World.from_env().is_main:
+            atomic_write_json(checkpoint / "train_config.json", config.as_json())
         return FitResult(checkpoint, result.kind, self.base, result.optimizer_steps, result.train_seconds,
                          result.loss_history, result.stopped_by)
 

@@ -24,7 +24,7 @@ from trainers.paired import PairedComparison
 from trainers.pass_k import PassK
 from trainers.tiny_model import TinyModelConfig
 
-from .options import given, model_options, with_parameters
+from .options import given, layered, model_options, with_parameters
 from .output import echo_json, third_party_output, to_stderr
 
 
@@ -68,9 +68,9 @@ def resolve_config(preset: str | None, config_file: Path | None, flags: dict[str
             raise ConfigError(f"unknown --preset {preset!r}; presets: {', '.join(sorted(PRESETS))}")
         values.update(PRESETS[preset])
     if config_file is not None:
-        values.update(read_json_object(config_file, "the config",
-                                       "a config file is one JSON object of TrainConfig fields"))
-    values.update(given(flags, TrainConfig))
+        values = layered(values, read_json_object(config_file, "the config",
+                                                  "a config file is one JSON object of TrainConfig fields"))
+    values = layered(values, given(flags, TrainConfig))
     try:
         return TrainConfig.model_validate(values)
     except ValidationError as exc:
@@ -177,12 +177,12 @@ def train(config_file: Path | None = typer.Option(None, "--config", help="A JSON
     refusal = config.unsupported()
     if refusal and not config.dry_run:
         raise TargetUnavailableError(refusal)
-    if config.target == "runpod" and not config.dry_run:
+    if not config.dry_run:
         import os
 
-        from trainers.runpod import gate_spend
+        from trainers.targets.registry import target_for
 
-        gate_spend(config, os.environ)  # a refusal writes nothing, not even plan.json
+        target_for(config.target).gate(config, os.environ)  # a refusal writes nothing, not even plan.json
     with deferred_interrupts(to_stderr, INTERRUPT_NOTICE) as interrupts, \
             third_party_output(config.out / "train.log", verbose), open_kit(config.kit) as opened:
         rows, data_path = _rows(config, opened)
