@@ -93,8 +93,10 @@ def test_a_completion_streamed_or_not_is_the_same_turn_and_stop_cuts_it(endpoint
     assert text == (choice.message.content or "") and chunks[-1].usage == whole.usage
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == choice.finish_reason
     if len(text) > 2:
-        cut = endpoint.chat.completions.create(**args, stop=[text[1:3]])
-        assert cut.choices[0].message.content == text[:text.find(text[1:3])].strip() or text.find(text[1:3]) == 0
+        stop = text[1:3]
+        cut = endpoint.chat.completions.create(**args, stop=[stop])
+        assert (cut.choices[0].message.content or "") == text[:text.find(stop)].strip()
+        assert cut.choices[0].finish_reason == "stop"
 
 
 def test_the_responses_api_streamed_or_not_gives_the_same_output(endpoint: Any, retail_kit: Any) -> None:
@@ -198,6 +200,9 @@ def test_a_trained_export_answers_the_first_turn_with_a_tool_call_and_its_episod
         streamed = [c.choices[0].delta for c in client.chat.completions.create(
             model="trained", messages=case.prompt.messages, tools=case.prompt.tools, stream=True) if c.choices]
         assert [d.tool_calls[0].function.arguments for d in streamed if d.tool_calls] == [call.function.arguments]
+        quiet = client.chat.completions.create(model="trained", messages=case.prompt.messages,
+                                               tools=case.prompt.tools, tool_choice="none").choices[0]
+        assert quiet.message.tool_calls is None and quiet.finish_reason != "tool_calls"
         response = client.responses.create(model="trained", instructions=case.prompt.messages[0]["content"],
                                            input=case.prompt.messages[1]["content"],
                                            tools=[{"type": "function", **t["function"]} for t in case.prompt.tools])

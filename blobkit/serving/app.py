@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hmac
 import logging
+import secrets
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -115,9 +117,6 @@ def create_app(models: Mapping[str, LoadedModel], api_key: str, shadow: Shadow |
             turn = _without_calls(turn)
         if body.stream:
             return _stream(response_events(turn, rows, spaces, body.model))
-        import secrets
-        import time
-
         return JSONResponse(response_object(response_output(turn, rows, spaces), turn, body.model,
                                             f"resp_{secrets.token_hex(12)}", int(time.time())))
 

@@ -131,16 +131,6 @@ class ChatRequest(Wire):
     """Accepted, not used (nothing is stored)."""
 
 
-class Usage(BaseModel):
-    """Token counts of one completion."""
-
-    model_config = ConfigDict(frozen=True)
-
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-
-
 # ------------------------------------------------------------------------------------------- the Responses API
 
 
