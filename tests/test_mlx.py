@@ -7,7 +7,7 @@ import importlib.util
 import json
 import sys
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
@@ -217,12 +217,13 @@ def test_a_tiny_local_mlx_run_through_the_cli_exports_a_trained_peft_adapter(
     assert (out / "mlx-adapter" / "adapters.safetensors").is_file()
 
 
-def test_without_mlx_the_error_suggests_local_torch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_without_mlx_the_error_suggests_local_torch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                    kit_path: Path) -> None:
     for name in ("mlx", "mlx.core", "mlx.nn", "mlx.optimizers", "mlx_lm"):
         monkeypatch.setitem(sys.modules, name, None)
-    config = TrainConfig(kit=tmp_path, method="sft", target="local-mlx", out=tmp_path / "out")
-    with pytest.raises(TargetUnavailableError, match="--target local-torch"):
-        run_training(config, cast(Any, None), [], {}, lambda line: None)
+    config = TrainConfig(kit=kit_path, method="sft", target="local-mlx", out=tmp_path / "out")
+    with open_kit(kit_path) as kit, pytest.raises(TargetUnavailableError, match="--target local-torch"):
+        run_training(config, kit, [], {}, lambda line: None)
 
 
 # --------------------------------------------------------------------------------------------- GRPO on local-mlx

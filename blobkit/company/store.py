@@ -220,8 +220,8 @@ class JobStore:
         """The job's budgets: those a resume raised, else its config's, with the list of raises."""
         if row["budgets"] is not None:
             return dict(_loads(row["budgets"], job_id, "budgets"))
-        configured = _loads(row["identity"], job_id, "identity")["config"]["budgets"]
-        return {"max_minutes": configured["max_minutes"], "max_model_calls": configured["max_model_calls"],
+        configured = _loads(row["identity"], job_id, "identity").get("config", {}).get("budgets", {})
+        return {"max_minutes": configured.get("max_minutes"), "max_model_calls": configured.get("max_model_calls"),
                 "raised": []}
 
     def heartbeat(self, job_id: str, worker: str, active_seconds: float) -> bool:
