@@ -31,8 +31,9 @@ lint: venv
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# the fast suite on every core (pytest-xdist); pytest's last line gives its time
 test: lint
-	$(BIN)/pytest -m "not slow"
+	$(BIN)/pytest -m "not slow" -n auto
 
 test-slow: lint
 	$(BIN)/pytest -m slow
@@ -51,6 +52,7 @@ examples: venv
 	$(PY) examples/retail_desk/generate.py
 	$(PY) examples/it_helpdesk/generate.py
 	$(PY) examples/airline_desk/generate.py
+	$(PY) examples/library_desk/generate.py
 
 bench: venv
 	$(PY) benchmarks/build_scaling.py

@@ -13,6 +13,9 @@ products) scaled to 1k, 10k, 100k and 1M rows each, and prints in one run:
   replay the chain on it (with no state hash at all, which favours the naive way), and
   the ratio between the two; from it, an estimate of the whole build done that way
   (``build + episodes x (naive - ours)``; running it would take many minutes at 1M);
+* the *floor* per size: one pass over the seed as any build must make it (read the file, sha256 it, open it and
+  run ``PRAGMA quick_check``, zstd-compress it at the archive's level), and the build / floor ratio (issue 28's
+  goal: within 2x at 1M rows);
 * the ratios against the targets: 1M-build / 1k-build (<= 3x) and naive-copy-per-replay /
   ours at 1M (>= 10x), and the same build ratio for the executing stages alone.
 
@@ -69,6 +72,8 @@ ANCHOR_TABLES = ("customers", "orders", "products")
 BASE_CUSTOMERS, BASE_ORDERS = 150, 450
 BUILD_TARGET = 3.0
 NAIVE_TARGET = 10.0
+FLOOR_TARGET = 2.0
+"""Issue 28: the largest build within 2x one pass over its seed (hash, integrity check, compression)."""
 STAGES = ("load", "mint", "gate", "split", "replay", "write")
 EXECUTE_STAGES = ("mint", "gate", "split", "replay")
 
@@ -336,6 +341,27 @@ def time_naive_replay(world: World, seed_file: Path, task: Task, repeats: int) -
     return statistics.median(samples)
 
 
+def time_floor(seed_file: Path) -> float:
+    """Seconds of the work no build can skip: read and hash the seed, integrity-check it, compress it."""
+    import hashlib
+
+    import zstandard
+
+    from world_format.archive.write import ZSTD_LEVEL
+    from world_format.sqlguard import open_memory_copy
+
+    start = time.perf_counter()
+    data = seed_file.read_bytes()
+    hashlib.sha256(data).hexdigest()
+    conn = open_memory_copy(data)
+    try:
+        conn.execute("PRAGMA quick_check").fetchall()
+    finally:
+        conn.close()
+    zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True, write_checksum=True, threads=0).compress(data)
+    return time.perf_counter() - start
+
+
 @dataclass
 class SizeResult:
     """Everything measured for one size (seconds, except the replay columns in milliseconds)."""
@@ -353,6 +379,8 @@ class SizeResult:
     naive_build_s: float
     sft_rows: int
     tasks: int
+    floor_s: float = 0.0
+    floor_ratio: float = 0.0
 
 
 def measure(size: int, scratch: Path, repeats: int) -> SizeResult:
@@ -364,6 +392,7 @@ def measure(size: int, scratch: Path, repeats: int) -> SizeResult:
     task = _reference_task(loaded)
     ours = time_isolated_replay(loaded, task, repeats)
     naive = time_naive_replay(loaded.world, world_dir / SEED_FILE, task, max(3, repeats // 4))
+    floor = time_floor(world_dir / SEED_FILE)
     shutil.rmtree(world_dir)
     return SizeResult(
         size=size, rows=rows, seed_mb=round(len(loaded.seed) / 1e6, 1), build_s=round(build_s, 3),
@@ -372,7 +401,8 @@ def measure(size: int, scratch: Path, repeats: int) -> SizeResult:
         replay_ms=round(ours * 1e3, 3), naive_replay_ms=round(naive * 1e3, 3), naive_ratio=round(naive / ours, 1),
         # every episode of the build done the naive way instead (an estimate: too slow to run at 1M)
         naive_build_s=round(build_s + episodes * max(naive - ours, 0.0), 1),
-        sft_rows=record["sft_rows"], tasks=record["tasks_count"])
+        sft_rows=record["sft_rows"], tasks=record["tasks_count"], floor_s=round(floor, 3),
+        floor_ratio=round(build_s / floor, 2) if floor else 0.0)
 
 
 # --------------------------------------------------------------------------- report
@@ -394,6 +424,7 @@ def summary(results: list[SizeResult]) -> dict[str, Any]:
         "execute_ratio": _ratio(large.execute_s / small.execute_s, of, None),
         "naive_ratio": _ratio(large.naive_ratio, f"naive/ours at {large.size}", NAIVE_TARGET, at_most=False),
         "naive_build_ratio": _ratio(large.naive_build_s / large.build_s, f"naive/ours at {large.size}", None),
+        "floor_ratio": _ratio(large.floor_ratio, f"build/floor at {large.size}", FLOOR_TARGET),
     }
 
 
@@ -406,13 +437,15 @@ def _verdict(ratio: dict[str, Any], sign: str) -> str:
 def table(report: dict[str, Any]) -> str:
     """The figures as a plain-text table and the ratios under it."""
     head = (f"{'rows/anchor':>11} {'seed MB':>8} {'build s':>8} " + " ".join(f"{s:>7}" for s in STAGES)
-            + f" {'episodes':>8} {'replay ms':>9} {'naive ms':>9} {'naive/ours':>10} {'naive build s':>13}")
+            + f" {'episodes':>8} {'replay ms':>9} {'naive ms':>9} {'naive/ours':>10} {'naive build s':>13}"
+            + f" {'floor s':>8} {'build/floor':>11}")
     lines = [head, "-" * len(head)]
     for r in report["sizes"]:
         lines.append(f"{r['size']:>11,} {r['seed_mb']:>8.1f} {r['build_s']:>8.2f} "
                      + " ".join(f"{r['stages_s'].get(s, 0.0):>7.2f}" for s in STAGES)
                      + f" {r['episodes']:>8} {r['replay_ms']:>9.2f} {r['naive_replay_ms']:>9.2f}"
-                     f" {r['naive_ratio']:>9.1f}x {r['naive_build_s']:>12.1f}~")
+                     f" {r['naive_ratio']:>9.1f}x {r['naive_build_s']:>12.1f}~"
+                     f" {r['floor_s']:>8.2f} {r['floor_ratio']:>10.2f}x")
     build, execute = report["build_ratio"], report["execute_ratio"]
     naive, naive_build = report["naive_ratio"], report["naive_build_ratio"]
     lines += [
@@ -422,6 +455,8 @@ def table(report: dict[str, Any]) -> str:
         f"naive copy-per-replay / ours, {naive['of'].split(' ', 1)[1]}: {naive['value']:.1f}x{_verdict(naive, '>=')}",
         f"naive build / ours, {naive_build['of'].split(' ', 1)[1]}: {naive_build['value']:.1f}x "
         "(~ estimated: build + episodes x (naive - ours))",
+        f"build / floor, {report['floor_ratio']['of'].split(' ', 1)[1]}: {report['floor_ratio']['value']:.2f}x"
+        f"{_verdict(report['floor_ratio'], '<=')} (floor: read, sha256, quick_check and zstd of the seed)",
     ]
     return "\n".join(lines)
 

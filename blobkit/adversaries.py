@@ -63,3 +63,19 @@ def stored_pass_rates(kit: Kit) -> dict[str, dict[str, int]]:
                       if case.probes.get(agent.name, "n/a") != "n/a"]
         rates[agent.name] = {"cases": len(applicable), "passed": sum(1 for outcome in applicable if outcome != "fail")}
     return rates
+
+
+def reference_pass_rate(kit: Kit) -> dict[str, int]:
+    """The reference agent (each case's own chain and answer key) re-run on every case of the kit and judged as the
+    gate judges it (a clean run, the verifier's pass, no procedure violation): ``{"cases", "passed"}``; every case of
+    a sound kit passes."""
+    runtime = kit.world().runtime()
+    try:
+        cases = kit.cases("train") + kit.cases("eval")
+        passed = 0
+        for case in cases:
+            run = run_reference(runtime, case.task)
+            passed += run.clean and run.outcome.verdict.passed and not run.violations
+    finally:
+        runtime.close()
+    return {"cases": len(cases), "passed": passed}

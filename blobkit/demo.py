@@ -84,16 +84,18 @@ class _Stages:
 
 
 def whole_job(world: Path, out: Path, base: str | None, train_cases: int, sft_flags: list[str],
-              rl_flags: list[str] | None, env: Mapping[str, str]) -> dict[str, Any]:
+              rl_flags: list[str] | None, env: Mapping[str, str], max_tasks: int | None = None) -> dict[str, Any]:
     """Build → (tiny model) → SFT (base and SFT evaluated) → GRPO from the SFT export when ``rl_flags`` is given
     (SFT and RL evaluated on the same cases) → replay of the last export in a fresh process.
 
-    Every step is its own ``blobkit`` process with ``env``. ``base`` None builds the tiny model. Returns the build
+    Every step is its own ``blobkit`` process with ``env``. ``base`` None builds the tiny model; ``max_tasks`` is the
+    build's task cap (None: the builder's default). Returns the build
     record's counts, each run's eval.json (``sft``, ``rl``), the replay record, and each stage's seconds and load.
     """
     stages = _Stages()
     build = json.loads(stages.run("build", "build", "--world", str(world), "--out", str(out / "kit"),
                                   "--train-cases", str(train_cases), "--eval-cases", "4" if base is None else "6",
+                                  *(["--max-tasks", str(max_tasks)] if max_tasks is not None else []),
                                   "--json", env=env))
     kit = build["kit"]["path"]
     if base is None:
@@ -160,17 +162,20 @@ def main() -> None:
     parser.add_argument("--answer-quote-repeats", default=None, help="SFT answer-quote repeats (default: the "
                                                                      "preset's)")
     parser.add_argument("--no-rl", action="store_true", help="with --base: stop after SFT")
+    parser.add_argument("--max-tasks", type=int, default=None,
+                        help="the kit's task cap (default: the builder's; the build's tool coverage says which tools "
+                             "the cap cut)")
     args = parser.parse_args()
     env = {**os.environ, "HF_HUB_OFFLINE": "1"} if args.base is None else dict(os.environ)
     if args.base is None:
         record = whole_job(args.world, args.out, None, TRAIN_CASES_PER_TASK,
                            training_flags(None, args.epochs, args.grounding_repeats, args.answer_quote_repeats),
-                           None, env)
+                           None, env, args.max_tasks)
     else:
         given = training_flags(args.base, args.epochs, args.grounding_repeats, args.answer_quote_repeats)
         sft = {name: value for name, value in BASE_SFT.items() if name != "epochs" or args.epochs is None}
         record = whole_job(args.world, args.out, args.base, BASE_TRAIN_CASES_PER_TASK, given + base_flags(sft),
-                           None if args.no_rl else ["--preset", "lora", *base_flags(BASE_RL)], env)
+                           None if args.no_rl else ["--preset", "lora", *base_flags(BASE_RL)], env, args.max_tasks)
     print_summary(record)
 
 

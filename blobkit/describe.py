@@ -6,7 +6,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from blobkit.adversaries import stored_pass_rates
+from blobkit.adversaries import reference_pass_rate, stored_pass_rates
 from blobkit.builder.coverage import coverage_lines
 from blobkit.wording import kit_lint
 from world_format.errors import WorldFormatError
@@ -149,15 +149,15 @@ def _describe_kit(kit: Kit) -> tuple[dict[str, Any], str]:
     left_out: Counter[str] = Counter()
     for record in tasks + rejected:
         left_out.update(record.cases_left_out)
-    adversaries = stored_pass_rates(kit)
+    adversaries, reference = stored_pass_rates(kit), reference_pass_rate(kit)
     wording = kit_lint(kit)
     procedures = procedure_report(kit)
     summary = {
         "kind": "kit", **meta["record"], "world": meta["world"], "split": meta["split"], "leakage": meta["leakage"],
         "templates": meta["templates"], "files": len(meta["files"]), "sha256": kit.sha256, "verified": True,
         "probe_summary": {probe: dict(sorted(counts.items())) for probe, counts in sorted(probe_summary.items())},
-        "cases_left_out": dict(sorted(left_out.items())), "adversaries": adversaries, "wording": wording,
-        "procedures": procedures,
+        "cases_left_out": dict(sorted(left_out.items())), "adversaries": adversaries, "reference": reference,
+        "wording": wording, "procedures": procedures,
     }
     lines = [f"kit for world {meta['world']['id']} (world sha256 {meta['world']['sha256'][:16]}…) [verified]",
              f"  {len(tasks)} tasks admitted, {len(rejected)} rejected; templates: {', '.join(meta['templates'])}",
@@ -167,6 +167,8 @@ def _describe_kit(kit: Kit) -> tuple[dict[str, Any], str]:
              "  cases the gate left out: " + (", ".join(f"{k} {v}" for k, v in sorted(left_out.items())) or "none"),
              "  adversarial agents (cases passed / cases where the agent applies; every one must be 0):"]
     lines += [f"    {agent}: {rate['passed']}/{rate['cases']}" for agent, rate in adversaries.items()]
+    lines.append(f"    reference (the case's own chain and answer, re-run now; every one must pass): "
+                 f"{reference['passed']}/{reference['cases']}")
     lines += coverage_lines(meta["record"].get("tool_coverage", {}))
     lines += procedure_lines(procedures)
     defects = wording["defects"]

@@ -19,7 +19,9 @@ from world_format.errors import (
     ArchiveError,
     BlobkitError,
     ChecksumError,
+    InterruptError,
     KitError,
+    OutputError,
     ReplayError,
     ToolCallError,
     VCodeError,
@@ -29,7 +31,8 @@ from world_format.errors import (
 
 __all__ = [
     "ArchiveError", "AuthError", "BlobkitError", "ChecksumError", "ConfigError", "ConflictError", "ForbiddenError",
-    "JobError", "JobNotFoundError", "KitError", "LeaseExpiredError", "NotFoundError", "NotTrainableError",
+    "InterruptError", "JobError", "JobNotFoundError", "KitError", "LeaseExpiredError", "NotFoundError",
+    "NotTrainableError", "OutputError",
     "PayloadTooLargeError", "PlaneNotTrainableError", "PolicyError", "ReplayError", "ScoreError", "ServiceError",
     "SourceError", "SpendGateError", "StoreCorruptError", "TargetUnavailableError", "ToolCallError", "TrainerError",
     "TrajectoryError", "UnknownBaseError", "UploadChecksumError", "VCodeError", "WorldFormatError", "WorldSizeError",

@@ -67,6 +67,14 @@ def check_write_tool(runtime: WorldRuntime, tool: Tool) -> None:
         return
     targets = [(param, *target.split(".")) for param, target in tool.anchors.items()]
     table = targets[0][1]
+    targets = [target for target in targets if target[1] == table]
+    properties = tool.parameters["properties"]
+    unfilled = [name for name in tool.parameters.get("required", []) if name not in {t[0] for t in targets}
+                and "enum" not in properties[name]]
+    if unfilled or any(properties[param].get("type") == "array" for param, _, _ in targets):
+        print(f"  {tool.name}: takes {unfilled or 'a list'} from other rows (a list of the row's children, one of "
+              "the customer's own rows): the kit's gated cases exercise it")
+        return
     columns = ", ".join(column for _, _, column in targets)
     keys = [dict(zip([param for param, _, _ in targets], row, strict=True))
             for row in runtime.pristine.execute(f"SELECT {columns} FROM {table} ORDER BY {columns}")]

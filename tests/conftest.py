@@ -44,6 +44,39 @@ def small_world_file(tmp_path: Path) -> Path:
     return write_world(tmp_path / "src", small_world())
 
 
+def stub_hub_cache(cache: Path, repo: str, files: tuple[str, ...] = ("config.json", "tokenizer.json",
+                                                                     "tokenizer_config.json", "model.safetensors"),
+                   ) -> Path:
+    """A Hugging Face hub cache under ``cache`` holding stub ``files`` of ``repo`` at ``main`` (the layout
+    huggingface_hub reads): what a machine that downloaded the base has, as far as the preflight looks."""
+    folder = cache / f"models--{repo.replace('/', '--')}"
+    commit = "0" * 40
+    (folder / "refs").mkdir(parents=True, exist_ok=True)
+    (folder / "refs" / "main").write_text(commit, encoding="utf-8")
+    snapshot = folder / "snapshots" / commit
+    snapshot.mkdir(parents=True, exist_ok=True)
+    for name in files:
+        (snapshot / name).write_text("{}", encoding="utf-8")
+    return cache
+
+
+@pytest.fixture
+def cached_hub_bases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A hub cache (this process's and its children's) with stub files of every catalog base that has no offline
+    copy, so that dry runs of hub bases plan with the hub off; nothing here loads those files."""
+    import huggingface_hub.constants
+
+    from trainers.catalog import CATALOG
+
+    cache = tmp_path / "hf-hub-cache"
+    for entry in CATALOG:
+        if entry.offline is None:
+            stub_hub_cache(cache, entry.id)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    return cache
+
+
 # ----------------------------------------------------------------- a small kit, shared by the tests that only read it
 
 

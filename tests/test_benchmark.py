@@ -59,4 +59,4 @@ def test_a_tiny_benchmark_run_prints_every_figure(bench: ModuleType, capsys: pyt
     assert result["size"] == SIZE and result["build_s"] > 0 and result["replay_ms"] > 0
     assert result["naive_replay_ms"] > 0 and result["episodes"] > 0
     assert set(result["stages_s"]) == {"load", "mint", "gate", "split", "replay", "write"}
-    assert {"build_ratio", "execute_ratio", "naive_ratio"} <= set(report)
+    assert {"build_ratio", "execute_ratio", "naive_ratio", "floor_ratio"} <= set(report) and result["floor_s"] > 0

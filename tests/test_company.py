@@ -29,13 +29,13 @@ from blobkit.errors import JobError, JobNotFoundError
 # Tiny settings: a 32-wide, 2-layer model, 2 training cases and 1 held-out case per task, short episodes. The small
 # world's held-out cases concern 2 independent entities, below company inspect's minimum: the tests of the job's
 # mechanics waive it (allow_small_held_out), and their results are marked too small to mean anything.
-EPISODES: dict[str, Any] = {"eval_limit": 2, "max_turns": 2, "max_new_tokens": 16}
+EPISODES: dict[str, Any] = {"eval_limit": 2, "max_turns": 2, "short_episodes": True, "max_new_tokens": 16}
 TINY: dict[str, dict[str, Any]] = {"build": {"train_cases_per_task": 2, "eval_cases_per_task": 1},
                                    "sft": {"epochs": 1, **EPISODES}, "rl": EPISODES,
                                    "tiny": {"hidden_size": 32, "num_layers": 2, "vocab_size": 600}}
 TINY_FLAGS = ["--train-cases", "2", "--eval-cases", "1", "--sft-epochs", "1", "--eval-limit", "2", "--max-turns", "2",
-              "--max-new-tokens", "16", "--tiny-hidden-size", "32", "--tiny-layers", "2", "--tiny-vocab-size", "600",
-              "--allow-small-held-out"]
+              "--short-episodes", "--max-new-tokens", "16", "--tiny-hidden-size", "32", "--tiny-layers", "2",
+              "--tiny-vocab-size", "600", "--allow-small-held-out"]
 WAIT_S = 240.0
 
 
@@ -240,11 +240,10 @@ def test_company_defaults_follow_the_issues() -> None:
 
 @pytest.mark.parametrize("base", ["Qwen/Qwen2.5-0.5B-Instruct", "tiny"])
 def test_the_default_model_call_budget_pays_for_the_largest_held_out_set_a_company_kit_holds(base: str) -> None:
-    from blobkit.builder import BuildConfig
     from blobkit.company.budget import evaluations_worst_case, replay_worst_case, rl_step_worst_case
 
     config = CompanyConfig.for_base(base)
-    largest = BuildConfig.model_fields["max_tasks"].metadata[-1].le * config.build.eval_cases_per_task
+    largest = config.build.max_tasks * config.build.eval_cases_per_task  # the company's default task cap
     worst = (evaluations_worst_case(config.sft, largest) + evaluations_worst_case(config.rl, largest)
              + config.rl.steps * rl_step_worst_case(config.rl) + replay_worst_case(config))
     assert (largest, worst) == (72, config.budgets.max_model_calls)

@@ -34,7 +34,7 @@ def _customers(kit_path: Path) -> tuple[str, str, list[tuple[Any, str]]]:
     assert table is not None
     runtime = loaded.runtime()
     try:
-        rows = runtime.pristine.execute(f"SELECT {table.primary_key}, {ident.column} FROM {ident.table} "
+        rows = runtime.pristine.execute(f"SELECT {table.primary_key}, {ident.columns[0]} FROM {ident.table} "
                                         f"ORDER BY {table.primary_key} LIMIT 8").fetchall()
     finally:
         runtime.close()

@@ -174,6 +174,9 @@ def test_every_admitted_case_fails_the_unconfirmed_agents(example_kits: dict[str
     for agent in ("unconfirmed", "unconfirmed-empty", "unconfirmed-statement", "unconfirmed-other"):
         applied = [case.probes[agent] for case in cases if case.probes[agent] != "n/a"]
         assert len(applied) == sum(1 for c in cases if c.task.turns) and set(applied) == {"fail"}, agent
+    # leaving the last detail out applies wherever the other details do not already state it
+    vague = [case.probes["unconfirmed-vague"] for case in cases if case.probes["unconfirmed-vague"] != "n/a"]
+    assert len(vague) >= sum(1 for c in cases if c.task.turns) - 2 and set(vague) == {"fail"}
 
 
 @pytest.mark.parametrize(("text", "problem"), [

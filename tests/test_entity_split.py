@@ -111,8 +111,9 @@ def test_the_per_anchor_split_leaked_and_the_entity_split_does_not(world: Path,
     assert after["held_out_identifiers"] > 0  # the measure looked: held-out prompts do state identifiers
 
 
-def test_every_case_records_its_entity_and_no_entity_is_on_both_sides() -> None:
-    built = execute_build(RETAIL, CONFIG)
+@pytest.mark.parametrize("world", [RETAIL, AIRLINE], ids=["retail", "airline"])
+def test_every_case_records_its_entity_and_no_entity_is_on_both_sides(world: Path) -> None:
+    built = execute_build(world, CONFIG)
     sides: dict[str, set[str]] = {}
     for name in ("train_cases.jsonl", "eval_cases.jsonl"):
         for line in built.files[name].splitlines():
@@ -121,6 +122,10 @@ def test_every_case_records_its_entity_and_no_entity_is_on_both_sides() -> None:
             sides.setdefault(case["entity"], set()).add(case["side"])
     assert all(len(found) == 1 for found in sides.values())
     assert built.meta["leakage"]["eval_entities"] >= 20
+    # one entity count: kit.json's is the number of distinct entities its cases record, which evaluation counts
+    for name, side in (("train_cases.jsonl", "train"), ("eval_cases.jsonl", "eval")):
+        recorded = {json.loads(line)["entity"] for line in built.files[name].splitlines()}
+        assert built.meta["leakage"][f"{side}_entities"] == len(recorded)
 
 
 def test_the_wilson_interval_matches_the_published_values() -> None:

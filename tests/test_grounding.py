@@ -94,6 +94,7 @@ def test_repeats_append_each_grounding_example_that_many_times_after_the_rows() 
         with_grounding_repeats(rows, -1)
 
 
+@pytest.mark.usefixtures("cached_hub_bases")  # a hub base plans only where its files are (trainers/preflight.py)
 def test_the_plan_counts_grounding_examples_in_the_optimizer_steps_and_they_validate(tmp_path: Path) -> None:
     from conftest import write_world
     from worlds import small_world

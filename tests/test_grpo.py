@@ -188,8 +188,8 @@ def test_the_budget_refuses_a_step_that_could_exceed_it() -> None:
 def test_a_model_call_budget_stops_grpo_cleanly_and_keeps_its_evidence(retail_kit: Kit, tiny: Path,
                                                                        tmp_path: Path, target: str) -> None:
     config = TrainConfig(kit=retail_kit.root, base=str(tiny), method="grpo", target=target, out=tmp_path,
-                         steps=5, batch_size=2, group_size=2, max_turns=2, max_new_tokens=8, eval_limit=2,
-                         max_model_calls=6, learning_rate=1e-3)
+                         steps=5, batch_size=2, group_size=2, max_turns=2, short_episodes=True, max_new_tokens=8,
+                         eval_limit=2, max_model_calls=6, learning_rate=1e-3)
     plan_record = {"base": {"source": "local", "name_or_path": str(tiny), "revision": None}}
     report = run_training(config, retail_kit, retail_kit.jsonl("sft.jsonl"), plan_record, lambda line: None)
     # a step may make up to 1 prompt x 2 attempts x 2 turns = 4 calls: it only starts if that fits in 6

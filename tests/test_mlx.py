@@ -7,7 +7,7 @@ import importlib.util
 import json
 import sys
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
@@ -199,11 +199,12 @@ def test_a_tiny_local_mlx_run_through_the_cli_exports_a_trained_peft_adapter(
     result = CliRunner().invoke(app, [
         "train", "--kit", str(kit_path), "--data", str(data), "--base", str(tiny_dir), "--method", "sft",
         "--target", "local-mlx", "--out", str(out), "--epochs", "1", "--batch-size", "4", "--lr", "1e-2",
-        "--lora-rank", str(RANK), "--seed", "0", "--eval-limit", "2", "--max-new-tokens", "16", "--max-turns", "2"])
+        "--lora-rank", str(RANK), "--seed", "0", "--eval-limit", "2", "--max-new-tokens", "16", "--max-turns", "2",
+        "--short-episodes"])
     assert result.exit_code == 0, result.output
     report = json.loads((out / "eval.json").read_text())
     assert set(report) == {"base", "sft", "optimizer_updates", "stopped_by", "train_seconds", "loss_history",
-                           "kit_sha256", "sft_minus_base", "model_calls", "left_out", "eval_limit"}
+                           "kit_sha256", "sft_minus_base", "sft_vs_base", "model_calls", "left_out", "eval_limit"}
     assert (report["optimizer_updates"], report["stopped_by"], report["base"]["cases"], report["sft"]["cases"]) == (
         2, None, 2, 2)
     assert [step for step, _ in report["loss_history"]] == [1, 2]
@@ -216,12 +217,13 @@ def test_a_tiny_local_mlx_run_through_the_cli_exports_a_trained_peft_adapter(
     assert (out / "mlx-adapter" / "adapters.safetensors").is_file()
 
 
-def test_without_mlx_the_error_suggests_local_torch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_without_mlx_the_error_suggests_local_torch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                    kit_path: Path) -> None:
     for name in ("mlx", "mlx.core", "mlx.nn", "mlx.optimizers", "mlx_lm"):
         monkeypatch.setitem(sys.modules, name, None)
-    config = TrainConfig(kit=tmp_path, method="sft", target="local-mlx", out=tmp_path / "out")
-    with pytest.raises(TargetUnavailableError, match="--target local-torch"):
-        run_training(config, cast(Any, None), [], {}, lambda line: None)
+    config = TrainConfig(kit=kit_path, method="sft", target="local-mlx", out=tmp_path / "out")
+    with open_kit(kit_path) as kit, pytest.raises(TargetUnavailableError, match="--target local-torch"):
+        run_training(config, kit, [], {}, lambda line: None)
 
 
 # --------------------------------------------------------------------------------------------- GRPO on local-mlx
@@ -379,7 +381,8 @@ def test_a_tiny_local_mlx_grpo_run_through_the_cli_updates_stops_at_the_call_bud
     result = CliRunner().invoke(app, [
         "train", "--world", str(kit_path), "--data", str(data), "--base", str(tiny_dir), "--init-adapter", str(start),
         "--out", str(out), "--steps", "6", "--batch-size", "4", "--group-size", "4", "--max-turns", "2",
-        "--max-new-tokens", "8", "--eval-limit", "2", "--max-model-calls", "20", "--lr", "1e-2", "--seed", "3"])
+        "--short-episodes", "--max-new-tokens", "8", "--eval-limit", "2", "--max-model-calls", "20", "--lr", "1e-2",
+        "--seed", "3"])
     assert result.exit_code == 0, result.output
     report = json.loads((out / "eval.json").read_text())
     assert set(report) == GRPO_REPORT_KEYS

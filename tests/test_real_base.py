@@ -187,6 +187,7 @@ def test_a_tool_format_the_bases_tokenizer_cannot_hold_is_a_one_line_error_and_w
     base = tmp_path / "base"
     tiny_tokenizer.save_pretrained(base)
     (base / "config.json").write_text('{"model_type": "qwen2"}', encoding="utf-8")
+    (base / "model.safetensors").write_bytes(b"")  # a local base needs weights to pass the preflight
     out = tmp_path / "plan"
     result = subprocess.run([sys.executable, "-m", "blobkit.cli", "train", "--base", str(base), "--world",
                              str(kit_path), "--out", str(out), "--dry-run", "--method", "sft", "--target",
@@ -266,7 +267,8 @@ def test_smollm2_goes_through_sft_grpo_evaluation_export_reload_and_replay_on_th
         assert seen and seen[0] and json.dumps(seen[0]) in expected
 
         common = ["--world", str(kit_dir), "--base", SMOLLM2, "--target", "local-torch", "--preset", "lora",
-                  "--eval-limit", "2", "--max-new-tokens", "48", "--max-turns", "3"]
+                  "--eval-limit", "2", "--max-new-tokens", "48", "--max-turns", "3",
+                  "--short-episodes"]
         sft = _cli("train", *common, "--method", "sft", "--data", str(data), "--epochs", "1", "--batch-size", "1",
                    "--lr", "1e-3", "--out", str(tmp_path / "sft"))
         assert sft["optimizer_updates"] == 4 and sft["base"]["cases"] == sft["sft"]["cases"] == 2

@@ -33,7 +33,8 @@ def tiny(kit_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _run(kit_path: Path, out: Path, **values: Any) -> dict[str, Any]:
-    config = TrainConfig(kit=kit_path, out=out, target="local-torch", eval_limit=2, max_turns=2, max_new_tokens=16,
+    config = TrainConfig(kit=kit_path, out=out, target="local-torch", eval_limit=2, max_turns=2, short_episodes=True,
+                         max_new_tokens=16,
                          batch_size=2, **values)
     with open_kit(kit_path) as kit:
         rows = kit.rows()

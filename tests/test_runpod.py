@@ -105,7 +105,7 @@ def test_the_host_terminates_the_pod_at_max_hours(
         fake: FakeRunPod, kit_path: Path, adapter: Path, tmp_path: Path) -> None:
     fake.behaviour = "hang"
     with pytest.raises(TrainerError, match="--max-hours"):
-        run(fake, tmp_path, kit_path, adapter, max_hours=0.4 / 3600)
+        run(fake, tmp_path, kit_path, adapter, runpod={"max_hours": 0.4 / 3600})
     assert [pod.deleted_by for pod in fake.pods.values()] == ["user"]
     assert fake.live_pods() == []
 
@@ -115,7 +115,7 @@ def test_the_pod_stops_itself_at_max_hours_and_says_so(
     fake.train_script = SLOW_TRAINER
     settings = settings_for(fake, tmp_path, pod_margin_seconds=4.0)
     with pytest.raises(TrainerError, match="watchdog stopped it at --max-hours"):
-        run(fake, tmp_path, kit_path, adapter, settings=settings, max_hours=5 / 3600)
+        run(fake, tmp_path, kit_path, adapter, settings=settings, runpod={"max_hours": 5 / 3600})
     pod = next(iter(fake.pods.values()))
     assert pod.log_path is not None and "--max-hours reached" in pod.log_path.read_text()
     assert fake.live_pods() == []
@@ -127,7 +127,7 @@ def test_the_pod_terminates_itself_through_the_api_even_when_the_host_cannot_tel
     fake.fail_next("503", 1, method="PUT", path="/store/*/done.json")
     settings = settings_for(fake, tmp_path, pod_margin_seconds=4.0)
     with pytest.raises(TrainerError, match="ended \\(GONE\\) without leaving results"):
-        run(fake, tmp_path, kit_path, adapter, settings=settings, max_hours=5 / 3600)
+        run(fake, tmp_path, kit_path, adapter, settings=settings, runpod={"max_hours": 5 / 3600})
     pod = next(iter(fake.pods.values()))
     assert pod.deleted_by == f"pod:{pod.data['id']}", "terminated with the pod-scoped key, by the pod itself"
     assert fake.live_pods() == []
@@ -203,8 +203,8 @@ def test_local_problems_are_caught_before_anything_is_created(
     with pytest.raises(ConfigError, match="--init-adapter"):
         run(fake, tmp_path, kit_path, adapter, init_adapter=None)
     with pytest.raises(ConfigError, match="not in RunPod's GPU catalog"):
-        run(fake, tmp_path, kit_path, adapter, gpu_type="NVIDIA Imaginary 9000")
+        run(fake, tmp_path, kit_path, adapter, runpod={"gpu_type": "NVIDIA Imaginary 9000"})
     with pytest.raises(ConfigError, match="not offered on RunPod's COMMUNITY cloud"):
         run(fake, tmp_path, kit_path, adapter, settings=settings_for(fake, tmp_path, cloud="COMMUNITY"),
-            gpu_type="NVIDIA H100 80GB HBM3")
+            runpod={"gpu_type": "NVIDIA H100 80GB HBM3"})
     assert fake.count("POST", "/v2/pods") == 0 and fake.store == {} and fake.live_pods() == []

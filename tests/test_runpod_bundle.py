@@ -34,7 +34,7 @@ def test_the_bundle_carries_the_run_config_with_pod_paths_as_config_json(
     config = TrainConfig(kit=kit_path, base=str(base), method="grpo", target="runpod", out=tmp_path / "out",
                          init_adapter=adapter, data=tmp_path / "rows.jsonl", steps=7, learning_rate=1e-5,
                          group_size=4, temperature=0.7, eval_limit=3, max_model_calls=50, confirm_spend=True,
-                         dry_run=True, max_hours=1.0)
+                         dry_run=True, runpod={"max_hours": 1.0})
     settings = RunPodSettings(install=False, state_dir=tmp_path / "state")
     plan_record = {"base": {"source": "local", "name_or_path": str(base)}}
     with open_kit(kit_path) as kit:

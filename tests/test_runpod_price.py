@@ -52,6 +52,7 @@ def test_cli_refuses_sft_on_runpod_with_advice(
     assert fake.requests == [] and fake.live_pods() == []
 
 
+@pytest.mark.usefixtures("cached_hub_bases")  # a hub base plans only where its files are (trainers/preflight.py)
 def test_dry_run_writes_the_launch_plan(
         fake: FakeRunPod, kit_path: Path, adapter: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -74,6 +75,7 @@ def test_dry_run_writes_the_launch_plan(
     assert fake.count("POST", "/v2/pods") == 0 and fake.live_pods() == []
 
 
+@pytest.mark.usefixtures("cached_hub_bases")  # a hub base plans only where its files are (trainers/preflight.py)
 def test_dry_run_without_a_key_says_why_the_price_is_unknown(
         kit_path: Path, adapter: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -89,3 +91,22 @@ def test_spend_gate_passes_only_with_key_and_confirmation(kit_path: Path) -> Non
     check_spend_gate(config, {"RUNPOD_API_KEY": KEY})
     with pytest.raises(SpendGateError):
         check_spend_gate(config.model_copy(update={"confirm_spend": False}), {"RUNPOD_API_KEY": KEY})
+
+
+@pytest.mark.usefixtures("cached_hub_bases")  # a hub base plans only where its files are (trainers/preflight.py)
+def test_gpus_n_prices_every_gpu_and_the_pod_trains_one_rank_per_gpu(
+        fake: FakeRunPod, kit_path: Path, adapter: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    environ = {"RUNPOD_API_KEY": KEY, "BLOBKIT_RUNPOD_API_URL": fake.url}
+    code, _, err = cli(monkeypatch, capsys, train_args(kit_path, tmp_path / "plan", adapter, "--gpus", "4",
+                                                       "--dry-run"), environ)
+    assert code == 0, err
+    launch = json.loads((tmp_path / "plan" / "plan.json").read_text())["runpod"]
+    assert (launch["gpu_count"], launch["hourly_price_usd"], launch["estimated_max_cost_usd"]) == (4, 2.76, 5.52)
+    assert launch["pod_config"]["local_torch"]["processes"] == 4
+    code, _, err = cli(monkeypatch, capsys, train_args(kit_path, tmp_path / "out", adapter, "--gpus", "4"), environ)
+    assert code == 2 and "4 x NVIDIA GeForce RTX 4090 pod" in err and "$2.76/h, estimated maximum cost $5.52" in err
+    code, _, err = cli(monkeypatch, capsys, train_args(kit_path, tmp_path / "odd", adapter, "--gpus", "3",
+                                                       "--confirm-spend"), environ)
+    assert code == 2 and "does not split over --gpus 3" in err
+    assert fake.count("POST", "/v2/pods") == 0 and not (tmp_path / "out").exists()

@@ -153,6 +153,7 @@ def test_the_kit_downloads_with_its_sha256_and_length(service: Service, kit_job:
     assert int(response.headers["content-length"]) == kit_job["kit"]["bytes"] == len(response.content)
 
 
+@pytest.mark.usefixtures("cached_hub_bases")  # a hub base plans only where its files are (trainers/preflight.py)
 def test_the_dry_run_command_runs_as_printed_on_the_downloaded_kit(service: Service, kit_job: dict[str, Any],
                                                                    tmp_path: Path) -> None:
     (tmp_path / kit_job["kit"]["name"]).write_bytes(service.client.get(kit_job["kit"]["download_url"]).content)

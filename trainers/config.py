@@ -16,9 +16,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainers.errors import ConfigError
+from trainers.targets.local_torch import LocalTorchSettings
+from trainers.targets.registry import TargetName
+from trainers.targets.runpod import RunPodTargetSettings
 
 Method = Literal["sft", "grpo"]
-Target = Literal["local-torch", "local-mlx", "runpod"]
 ToolFormatName = Literal["auto", "blobkit", "hermes", "qwen3", "llama3", "lfm2"]
 """``auto`` and the names of :data:`trainers.formats.FORMATS` (a test keeps the two lists equal)."""
 
@@ -54,8 +56,8 @@ class TrainConfig(BaseModel):
     hermes (Qwen2.5), qwen3, llama3 or lfm2 (spec/tool-formats.md)."""
     method: Method = "grpo"
     """Training method."""
-    target: Target = "local-mlx"
-    """Where training runs."""
+    target: TargetName = "local-mlx"
+    """Where training runs (trainers/targets/: local-torch, local-mlx or runpod)."""
     out: Path = Path("out/train")
     """Output directory."""
     dry_run: bool = False
@@ -86,6 +88,19 @@ class TrainConfig(BaseModel):
     """Longest row in tokens; longer rows are an error, never dropped."""
     packing: bool = False
     """Pack rows (padding-free, no cross-example attention)."""
+    shared_prefix: bool = False
+    """SFT on local-torch: run the prefix every row of a batch shares (the system prompt and tool list) once per
+    batch, its KV cache shared by the rows; the same loss and gradients as the padded batch
+    (:mod:`trainers.shared_prefix`). Not with --packing (packed rows share nothing)."""
+    gradient_checkpointing: bool = False
+    """SFT on local-torch: recompute each layer's activations in backward instead of keeping them (about a third
+    more compute, a fraction of the activation memory; plan.json's ``memory`` says what it saves)."""
+    max_batch_tokens: int | None = Field(None, ge=64)
+    """SFT on local-torch: bound the tokens of one forward pass: rows per pass are the largest divisor of
+    batch_size whose longest rows fit, and gradient accumulation keeps batch_size rows per optimizer update."""
+    memory_limit_gb: float | None = Field(None, gt=0)
+    """Memory the run may use (GB); default: 85 % of this machine's (the GPU's on CUDA). A dry run refuses an SFT
+    plan whose estimate (plan.json ``memory``) is over it, naming the settings that would fit."""
     group_by_length: bool = False
     """SFT without packing: batch rows of similar length together (seeded), so little compute goes to padding.
     Faster, but batches of one length are batches of one task shape: from scratch at a high learning rate it
@@ -97,8 +112,13 @@ class TrainConfig(BaseModel):
     answer_quote_repeats: int = Field(0, ge=0, le=16)
     """SFT: add every assistant answer that quotes a figure from a tool observation (such as an order total) this
     many extra times as its own example: the executed conversation up to that answer. 0 turns it off."""
-    max_turns: int = Field(6, ge=1)
-    """Turn cap of an evaluation episode, a GRPO rollout and a replay."""
+    max_turns: int | None = Field(None, ge=1)
+    """Turn cap of an evaluation episode, a GRPO rollout and a replay (assistant turns). Default: derived from the
+    kit, the longest case's reference conversation plus 2 (:mod:`trainers.episode_limit`); a cap below what a case
+    needs is refused unless ``short_episodes``."""
+    short_episodes: bool = False
+    """Accept a ``max_turns`` below what some cases need (a smoke run): those cases cannot be passed, and plan.json's
+    ``episode_limit`` counts them."""
     max_new_tokens: int = Field(128, ge=8)
     """Tokens per generated assistant turn."""
     episode_batch: int = Field(8, ge=1)
@@ -106,6 +126,16 @@ class TrainConfig(BaseModel):
     prefilled once, each episode keeping its KV cache across its turns, their decode steps run as one batch. 1
     decodes one episode at a time. Greedy turns do not depend on it (bit for bit on one CPU thread, where models
     under 50 M parameters decode)."""
+    pass_k: int = Field(0, ge=0, le=16)
+    """After the end evaluation, attempt every held-out case this many more times, sampled at
+    ``pass_k_temperature``, and report pass^k (all attempts pass) beside pass@1 (:mod:`trainers.pass_k`). 0 turns
+    it off; 3 is the issue's pass^3."""
+    pass_k_temperature: float = Field(0.7, gt=0)
+    """Sampling temperature of the pass^k attempts."""
+    decoding: Literal["free", "constrained"] = "free"
+    """How tool calls are decoded in held-out evaluation, GRPO rollouts, pass^k and replay: free, or constrained
+    to the declared tools, their argument schemas and, for arguments that name a row, values the conversation holds
+    (:mod:`trainers.constrained`; hermes-style formats). Recorded in every result; the verifier is the same."""
     eval_limit: int | None = Field(None, ge=1)
     """Evaluate at most this many held-out cases (default: all)."""
     init_adapter: Path | None = None
@@ -121,12 +151,19 @@ class TrainConfig(BaseModel):
     """Budget: stop training at a step boundary once this many minutes of training have passed."""
     confirm_spend: bool = False
     """Allow a paid target (runpod) to create resources that cost money."""
-    max_hours: float = Field(2.0, gt=0)
-    """runpod: the pod terminates itself (and the host terminates it) after this many hours."""
-    gpu_type: str = "NVIDIA GeForce RTX 4090"
-    """runpod: GPU type id from RunPod's catalog."""
-    gpu_count: int = Field(1, ge=1, le=8)
-    """runpod: GPUs per pod."""
+    local_torch: LocalTorchSettings = LocalTorchSettings()
+    """The local-torch target's settings: processes and their launcher."""
+    runpod: RunPodTargetSettings = RunPodTargetSettings()
+    """The runpod target's settings: GPU type and count, the pod's hour limit."""
+
+    @property
+    def turn_cap(self) -> int:
+        """``max_turns`` once resolved against a kit (:func:`trainers.episode_limit.episode_limit`); ConfigError
+        before."""
+        if self.max_turns is None:
+            raise ConfigError("the turn cap is derived from the kit: resolve it first "
+                              "(trainers.episode_limit.episode_limit)")
+        return self.max_turns
 
     @classmethod
     def preset(cls, name: str, **values: Any) -> TrainConfig:
@@ -145,20 +182,11 @@ class TrainConfig(BaseModel):
     def unsupported(self) -> str | None:
         """Why this method/target/option combination cannot run (with what can), or None when it can.
 
-        The one place the method/target rules live; the CLI, the planner and every target ask here.
+        Asks the target (:func:`trainers.targets.registry.unsupported`, the one place the rules live).
         """
-        if self.target == "local-mlx" and self.method == "sft" and (self.full or self.packing):
-            return ("local-mlx trains LoRA adapters without packing; drop --full/--packing or use "
-                    "--target local-torch")
-        if self.target == "local-mlx" and self.full:
-            return ("GRPO on local-mlx trains a LoRA adapter; drop --full (to start from a fully trained SFT "
-                    "model, pass its export with --init-adapter: GRPO trains an adapter on top of it)")
-        if self.target == "runpod" and self.method != "grpo":
-            return ("runpod runs GRPO only: train SFT locally first (--target local-torch or local-mlx), then pass "
-                    "its export with --init-adapter to --method grpo --target runpod")
-        if self.merge and self.full:
-            return "--merge merges a LoRA adapter into its base; a --full run already exports the whole model"
-        return None
+        from trainers.targets.registry import unsupported
+
+        return unsupported(self)
 
     def as_json(self) -> dict[str, Any]:
         """The config as plain JSON (what plan.json, checkpoints and exports record)."""
@@ -167,8 +195,8 @@ class TrainConfig(BaseModel):
 
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": {"full": True, "learning_rate": 2e-3, "batch_size": 4, "epochs": 3, "max_length": 2048,
-             "max_new_tokens": 64, "grounding_repeats": 3, "answer_quote_repeats": 2, "max_turns": 5},
-    "lora": {"epochs": 1, "batch_size": 8, "max_length": 4096, "max_new_tokens": 128, "max_turns": 5},
+             "max_new_tokens": 64, "grounding_repeats": 3, "answer_quote_repeats": 2},
+    "lora": {"epochs": 1, "batch_size": 8, "max_length": 4096, "max_new_tokens": 128},
 }
 """Named recipes. ``tiny``: blobkit's tiny model trained from scratch on every weight at a high learning rate,
 with the grounding and answer-quote repeats it needs to learn copying (benchmarks/README.md has the

@@ -172,7 +172,8 @@ class ModelTurns:
     """
 
     def __init__(self, model: Any, tokenizer: Any, max_new_tokens: int, temperature: float = 0.0,
-                 generator: Any = None, slots: int = DEFAULT_SLOTS, tool_format: ToolFormat | None = None) -> None:
+                 generator: Any = None, slots: int = DEFAULT_SLOTS, tool_format: ToolFormat | None = None,
+                 constraint: Any = None) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.max_new_tokens, self.temperature, self.generator = max_new_tokens, temperature, generator
         self.tool_format: ToolFormat = tool_format or format_of(tokenizer)
@@ -183,6 +184,14 @@ class ModelTurns:
         self.cacheable = _plain_layers(model)
         self.batched = self.cacheable and _inner(model).config._attn_implementation == "sdpa"
         self.slots = slots if self.batched else 1
+        self.constraint = constraint
+        """A :class:`trainers.constrained.ToolCallConstraint` masking each turn's logits to its grammar, or None
+        (free decoding). Only the tokens chosen change; the text is parsed and judged as any turn."""
+        if constraint is not None and not self.cacheable:
+            from .errors import ConfigError
+
+            raise ConfigError("--decoding constrained decodes with a kept KV cache, which this model's cache layers "
+                              "(sliding window or linear attention) do not allow: use --decoding free")
         self.stats = DecodeStats()
         self.decoded: dict[int, list[Decoded]] = {}
         self._episodes: dict[int, _Episode] = {}
@@ -206,12 +215,14 @@ class ModelTurns:
         if not self.cacheable:
             outputs = [self._per_turn(prompt) for prompt in prompts]
         else:
+            matchers = [self.constraint.matcher(r.messages, r.tools) if self.constraint else None for r in requests]
             with _decoding(self.model, self.batched):
                 rows = [self._prefill(request, prompt) for request, prompt in zip(requests, prompts, strict=True)]
                 if self.batched:
-                    outputs = self._decode(rows)
+                    outputs = self._decode(rows, matchers)
                 else:
-                    outputs = [out for row in rows for out in self._decode([row])]
+                    outputs = [out for row, matcher in zip(rows, matchers, strict=True)
+                               for out in self._decode([row], [matcher])]
         texts = []
         for request, prompt, (new_ids, finished, kv) in zip(requests, prompts, outputs, strict=True):
             self.decoded.setdefault(request.key, []).append(Decoded(prompt, new_ids, finished))
@@ -296,10 +307,12 @@ class ModelTurns:
             return [int(t) for t in torch.multinomial(probs.cpu(), 1, generator=self.generator)[:, 0].tolist()]
         return [int(t) for t in torch.argmax(logits, dim=-1).tolist()]
 
-    def _decode(self, rows: list[tuple[KV, int, Any]]) -> list[tuple[list[int], bool, KV]]:
+    def _decode(self, rows: list[tuple[KV, int, Any]], matchers: Sequence[Any] | None = None,
+                ) -> list[tuple[list[int], bool, KV]]:
         """Decode every row together until each stops: (new ids, whether an end token ended it, its cache).
 
-        A row's returned cache holds its prompt and its new ids but the last (which was never run).
+        A row's returned cache holds its prompt and its new ids but the last (which was never run). ``matchers``:
+        per row, a :class:`trainers.constrained.TurnMatcher` (or None) that masks its logits before each choice.
         """
         import torch
 
@@ -309,9 +322,14 @@ class ModelTurns:
         new_ids: list[list[int]] = [[] for _ in rows]
         results: dict[int, tuple[list[int], bool, KV]] = {}
         for step in range(self.max_new_tokens):
+            for position, row in enumerate(live):
+                if matchers and matchers[row] is not None:
+                    matchers[row].mask(logits[position])
             tokens = self._choose(logits[:len(live)])
             keep = []
             for position, (row, token) in enumerate(zip(live, tokens, strict=True)):
+                if matchers and matchers[row] is not None:
+                    matchers[row].advance(token)
                 new_ids[row].append(token)
                 ended = token in self.end_ids
                 if ended or step == self.max_new_tokens - 1:

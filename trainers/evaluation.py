@@ -88,10 +88,12 @@ class EpisodeResult:
         return any(not event.error and event.effect == "write" for event in self.trace)
 
     def to_json(self) -> dict[str, Any]:
-        """The per-case record of eval_cases_*.json (and of ``blobkit replay --json``)."""
+        """The per-case record of eval_cases_*.json (and of ``blobkit replay --json``), with the whole conversation
+        (``messages``, the kit's row format) so a reader sees what the customer and the agent said."""
         return {"case_id": self.case_id, "template": self.template, "verdict": self.verdict.to_json(),
                 "passed": self.passed, "answer": self.answer, "turns": self.turns,
-                "parse_failures": self.parse_failures, "trace": [event.to_json() for event in self.trace]}
+                "parse_failures": self.parse_failures, "trace": [event.to_json() for event in self.trace],
+                "messages": list(self.messages)}
 
 
 def case_entity(case: KitCase) -> str:
@@ -290,11 +292,28 @@ def model_generator(model: Any, tokenizer: Any, max_new_tokens: int, tool_format
     return GreedyPolicy(model, tokenizer, max_new_tokens, tool_format or format_of(tokenizer))
 
 
-def model_policy(model: Any, tokenizer: Any, max_new_tokens: int, slots: int = DEFAULT_SLOTS) -> ModelTurns:
+def model_policy(model: Any, tokenizer: Any, max_new_tokens: int, slots: int = DEFAULT_SLOTS, *,
+                 decoding: str = "free", world: World | None = None) -> ModelTurns:
     """The greedy policy over a loaded model: ``slots`` episodes decoded together, a KV cache kept per episode
     across its turns and the shared prefix prefilled once (:mod:`trainers.episode_decode`), in the tool format
-    its tokenizer carries (:func:`trainers.formats.format_of`)."""
-    return ModelTurns(model, tokenizer, max_new_tokens, slots=slots, tool_format=format_of(tokenizer))
+    its tokenizer carries (:func:`trainers.formats.format_of`). ``decoding`` "constrained" masks each turn to the
+    grammar of :mod:`trainers.constrained` (``world`` says which parameters name rows; ConfigError without it)."""
+    fmt = format_of(tokenizer)
+    return ModelTurns(model, tokenizer, max_new_tokens, slots=slots, tool_format=fmt,
+                      constraint=turn_constraint(decoding, tokenizer, fmt, world))
+
+
+def turn_constraint(decoding: str, tokenizer: Any, fmt: ToolFormat, world: World | None) -> Any:
+    """The :class:`trainers.constrained.ToolCallConstraint` ``decoding`` asks for, or None for free decoding."""
+    if decoding == "free":
+        return None
+    from .constrained import ToolCallConstraint, key_parameters
+    from .errors import ConfigError
+
+    if decoding != "constrained" or world is None:
+        raise ConfigError(f"decoding {decoding!r} needs 'free', or 'constrained' with the world whose tools it "
+                          "constrains")
+    return ToolCallConstraint(tokenizer, fmt, key_parameters(world))
 
 
 @dataclass(frozen=True)
@@ -321,6 +340,10 @@ class EvalSummary:
         for result in self.results:
             seen.setdefault(result.case_id, result)
         return list(seen.values())
+
+    def outcomes(self) -> dict[str, tuple[bool, str]]:
+        """``{case_id: (passed, entity)}`` of the distinct cases: what :func:`trainers.paired.compare` pairs."""
+        return {r.case_id: (r.passed, r.entity) for r in self.distinct()}
 
     @property
     def pass_rate(self) -> float:

@@ -45,11 +45,13 @@ from world_format.kit import Kit, KitCase, Prompt
 
 from .budget import Budget, Log
 from .config import TrainConfig
-from .errors import ConfigError, TrainerError
+from .errors import ConfigError, TargetUnavailableError, TrainerError
 from .evaluation import EpisodeResult, EvalSummary, run_episodes
 from .export import verify_export
 from .fit import FitResult
 from .generation import Decoded
+from .ranks import World, gather, init_process_group
+from .report import paired
 from .turns import TurnPolicy, TurnRequest
 
 MAX_GRAD_NORM = 1.0
@@ -223,32 +225,54 @@ def scored_turns(rollouts: list[Rollout], weights: list[float]) -> tuple[list[tu
 
 def step_model_calls(config: TrainConfig) -> int:
     """The most model calls one step can make: prompts per step x group size x turn cap."""
-    return max(1, config.batch_size // config.group_size) * config.group_size * config.max_turns
+    return max(1, config.batch_size // config.group_size) * config.group_size * config.turn_cap
 
 
-def _step_record(step: int, rollouts: list[Rollout], group_size: int, updated: bool, loss: float,
-                 calls: int, seconds: float) -> dict[str, Any]:
-    rewards = [r.reward for r in rollouts]
+@dataclass(frozen=True)
+class RolloutFigures:
+    """What a step's record needs of one rollout, small enough to gather from every rank."""
+
+    index: int
+    """Position of the episode in the step (groups are consecutive runs of ``group_size``)."""
+    reward: float
+    parse_failures: int
+    turns: int
+    verifier_error: bool
+    model_calls: int
+    """Turns the model generated."""
+
+
+def rollout_figures(indices: Sequence[int], group: Sequence[Rollout]) -> list[RolloutFigures]:
+    """The figures of ``group``, the episodes at ``indices`` of the step."""
+    return [RolloutFigures(i, r.reward, r.episode.parse_failures, r.episode.turns, r.verifier_error, len(r.turns))
+            for i, r in zip(indices, group, strict=True)]
+
+
+def _step_record(step: int, figures: list[RolloutFigures], group_size: int, updated: bool, loss: float,
+                 seconds: float) -> dict[str, Any]:
+    rewards = [r.reward for r in figures]
     groups = [rewards[i:i + group_size] for i in range(0, len(rewards), group_size)]
     return {
-        "step": step, "episodes": len(rollouts), "reward_mean": round(sum(rewards) / len(rewards), 4),
+        "step": step, "episodes": len(figures), "reward_mean": round(sum(rewards) / len(rewards), 4),
         "zero_variance_groups": round(sum(1 for g in groups if max(g) == min(g)) / len(groups), 4),
-        "tool_call_parse_failures": sum(r.episode.parse_failures for r in rollouts),
-        "episode_turns_mean": round(sum(r.episode.turns for r in rollouts) / len(rollouts), 3),
-        "verifier_errors": sum(r.verifier_error for r in rollouts),
-        "optimizer_update": updated, "loss": round(loss, 6), "model_calls": calls, "seconds": round(seconds, 2),
+        "tool_call_parse_failures": sum(r.parse_failures for r in figures),
+        "episode_turns_mean": round(sum(r.turns for r in figures) / len(figures), 3),
+        "verifier_errors": sum(r.verifier_error for r in figures),
+        "optimizer_update": updated, "loss": round(loss, 6), "model_calls": sum(r.model_calls for r in figures),
+        "seconds": round(seconds, 2),
     }
 
 
 def backend_for(config: TrainConfig, source: PolicySource) -> GRPOBackend:
-    """The target's half of GRPO: mlx for local-mlx, torch otherwise (runpod's pod runs local-torch)."""
-    if config.target == "local-mlx":
-        from .grpo_mlx import MLXGRPOBackend
+    """The target's half of GRPO (:meth:`trainers.targets.base.LocalTarget.grpo_backend`; runpod's pod runs
+    local-torch). TargetUnavailableError for a target that does not train in this process."""
+    from .targets.base import LocalTarget
+    from .targets.registry import target_for
 
-        return MLXGRPOBackend(config, source)
-    from .grpo_torch import TorchGRPOBackend
-
-    return TorchGRPOBackend(config, source)
+    target = target_for(config.target)
+    if not isinstance(target, LocalTarget):
+        raise TargetUnavailableError(f"{config.target} does not run GRPO in this process")
+    return target.grpo_backend(config, source)
 
 
 class GRPOTrainer:
@@ -271,26 +295,35 @@ class GRPOTrainer:
         return self.backend.start_policy()
 
     def step(self, step: int, sampler: Policy, order: random.Random, runtime: Any) -> dict[str, Any]:
-        """One GRPO step: sample a group of rollouts per prompt, one policy-gradient update when any group varies."""
-        config, started = self.config, time.monotonic()
+        """One GRPO step: sample a group of rollouts per prompt, one policy-gradient update when any group varies.
+
+        Over several ranks every rank draws the same prompts (the same seeded ``order``), rolls out its share of
+        the episodes (every size-th, from its rank), and the rewards are gathered before the advantages, so
+        each rank weighs its rollouts by their whole group; the backend averages the update over the ranks.
+        """
+        config, started, world = self.config, time.monotonic(), World.from_env()
         prompts = max(1, config.batch_size // config.group_size)
         chosen = order.sample(self.cases, min(prompts, len(self.cases)))
-        group = rollouts(sampler, runtime, [case for case in chosen for _ in range(config.group_size)],
-                         config.max_turns)
-        weights = advantages([r.reward for r in group], config.group_size)
+        episodes = [case for case in chosen for _ in range(config.group_size)]
+        mine = list(range(world.rank, len(episodes), world.size))
+        group = rollouts(sampler, runtime, [episodes[i] for i in mine], config.turn_cap)
+        figures = sorted((f for part in gather(rollout_figures(mine, group)) for f in part), key=lambda f: f.index)
+        weights = advantages([f.reward for f in figures], config.group_size)
         updated, loss_value = False, 0.0
         if any(weights):
-            loss_value, updated = self.backend.update(group, weights), True
-        calls = sum(len(r.turns) for r in group)
-        return _step_record(step, group, config.group_size, updated, loss_value, calls, time.monotonic() - started)
+            loss_value, updated = self.backend.update(group, [weights[i] for i in mine]), True
+        return _step_record(step, figures, config.group_size, updated, loss_value, time.monotonic() - started)
 
     def fit(self, budget: Budget, log: Log) -> FitResult:
         """Up to ``steps`` steps, each started only when its worst case fits the budget; rl_steps.jsonl as it goes."""
-        config = self.config
+        config, main = self.config, World.from_env().is_main
+        init_process_group()
         step_calls = step_model_calls(config)
         sampler = self.backend.sampler()
         order, runtime = random.Random(config.seed), self.kit.world().runtime()
         try:
+            if config.decoding != "free":
+                _constrain(sampler, config.decoding, runtime.world)
             for step in range(1, config.steps + 1):
                 if budget.exhausted(step_calls):
                     log(f"GRPO stopped before step {step}: {budget.stopped_by}")
@@ -298,7 +331,9 @@ class GRPOTrainer:
                 record = self.step(step, sampler, order, runtime)
                 budget.model_calls += record["model_calls"]
                 self.steps.append(record)
-                atomic_write_text(config.out / "rl_steps.jsonl", "".join(canonical_json(s) + "\n" for s in self.steps))
+                if main:
+                    atomic_write_text(config.out / "rl_steps.jsonl",
+                                      "".join(canonical_json(s) + "\n" for s in self.steps))
                 log(f"GRPO step {step}/{config.steps}: reward {record['reward_mean']:.2f}, zero-variance groups "
                     f"{record['zero_variance_groups']:.2f}, update {'yes' if record['optimizer_update'] else 'no'}, "
                     f"{record['model_calls']} model calls")
@@ -308,8 +343,9 @@ class GRPOTrainer:
 
     def _checkpoint(self, budget: Budget) -> FitResult:
         checkpoint = self.config.out / "checkpoint"
-        checkpoint.mkdir(parents=True, exist_ok=True)
-        self.backend.save(checkpoint)
+        if World.from_env().is_main:
+            checkpoint.mkdir(parents=True, exist_ok=True)
+            self.backend.save(checkpoint)
         zero_variance = [s["zero_variance_groups"] for s in self.steps]
         details = {"steps_completed": len(self.steps), "model_calls": budget.model_calls,
                    "active_seconds": round(budget.minutes() * 60, 1),
@@ -328,7 +364,8 @@ class GRPOTrainer:
             evals = {"base": previous["base"], **evals}
         return {
             **evals,
-            f"rl_minus_{label}": {"pass_rate": round(end.pass_rate - start.pass_rate, 4), "cases": len(end.results)},
+            f"rl_minus_{label}": {"pass_rate": round(end.pass_rate - start.pass_rate, 4), "cases": len(end.results),
+                                  "paired": paired(start, end, label, "rl").model_dump(mode="json")},
             "optimizer_updates": fit.optimizer_updates, "steps_completed": fit.details["steps_completed"],
             "steps_planned": config.steps, "stopped_by": fit.stopped_by, "model_calls": fit.details["model_calls"],
             "eval_model_calls": start.model_calls + end.model_calls, "active_seconds": fit.details["active_seconds"],
@@ -336,6 +373,14 @@ class GRPOTrainer:
             "reward_history": [[step, reward] for step, reward in fit.history],
             "kit_sha256": self.kit.sha256, "group_size": config.group_size, "shaping": None,
         }
+
+
+def _constrain(sampler: Any, decoding: str, world: Any) -> None:
+    """Mask the rollout turns of the torch sampler (:class:`~trainers.episode_decode.ModelTurns`) to the
+    grammar of :mod:`trainers.constrained`; the config refuses constrained GRPO on local-mlx."""
+    from .evaluation import turn_constraint
+
+    sampler.constraint = turn_constraint(decoding, sampler.tokenizer, sampler.tool_format, world)
 
 
 def _previous_eval(config: TrainConfig) -> dict[str, Any]:

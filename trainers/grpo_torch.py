@@ -7,6 +7,7 @@ policy-gradient update in torch.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -16,18 +17,24 @@ from .episode_decode import ModelTurns
 from .formats import apply_tool_format, format_of
 from .grpo import MAX_GRAD_NORM, PolicySource, Rollout, scored_turns
 from .lora import peft_lora_config
+from .ranks import World, all_reduce_gradients, gather
 from .sft_torch import canonicalise_adapter_config
+from .vllm_turns import VLLMTurns
 
 
-def policy_loss(model: Any, rollouts: list[Rollout], weights: list[float]) -> tuple[Any, int]:
+def policy_loss(model: Any, rollouts: list[Rollout], weights: list[float],
+                total_tokens: int | None = None) -> tuple[Any, int]:
     """Backpropagate -sum(w * log p(generated tokens)) / n_tokens; return (loss, n_tokens).
 
-    One forward and backward per turn, so memory holds one sequence's activations at a time.
+    ``total_tokens`` (the generated tokens of every rank's rollouts) replaces this process's count as the
+    denominator, so the ranks' summed gradients are one process's. One forward and backward per turn, so memory
+    holds one sequence's activations at a time.
     """
     import torch
 
     device = next(model.parameters()).device
     turns, n_tokens = scored_turns(rollouts, weights)
+    n_tokens = n_tokens if total_tokens is None else total_tokens
     total = torch.zeros((), device=device)
     for turn, weight in turns:
         ids = torch.tensor([turn.prompt_ids + turn.new_ids], device=device)
@@ -64,26 +71,36 @@ class TorchGRPOBackend:
     """Decoding and updates in torch on one PEFT model, which is also the start policy."""
 
     def __init__(self, config: TrainConfig, source: PolicySource) -> None:
-        self.config = config
+        self.config, self.source = config, source
         self.model, self.tokenizer = load_torch_policy(source, config)
         self.optimizer: Any = None
+        self.vllm: VLLMTurns | None = None
+        self.scratch: tempfile.TemporaryDirectory[str] | None = None
 
     def start_policy(self) -> tuple[Any, Any]:
         """The model GRPO trains, before any update."""
         return self.model, self.tokenizer
 
-    def sampler(self) -> ModelTurns:
+    def sampler(self) -> ModelTurns | VLLMTurns:
         """Sampling at the config's temperature from a torch generator seeded with ``config.seed``; a step's
-        episodes are decoded ``config.episode_batch`` at a time."""
+        episodes are decoded ``config.episode_batch`` at a time. With ``--generator vllm``, vLLM writes the turns
+        (:class:`~trainers.vllm_turns.VLLMTurns`) with the adapter as it stands, reloaded after every update."""
         import torch
 
         config = self.config
+        if config.local_torch.generator == "vllm":
+            return self._vllm_sampler()
+        # every rank samples its own episodes: one seed each (rank 0's is a single process's)
+        seed = config.seed + World.from_env().rank
         return ModelTurns(self.model, self.tokenizer, config.max_new_tokens, config.temperature,
-                          torch.Generator().manual_seed(config.seed), slots=config.episode_batch,
+                          torch.Generator().manual_seed(seed), slots=config.episode_batch,
                           tool_format=format_of(self.tokenizer))
 
     def update(self, rollouts: list[Rollout], weights: list[float]) -> float:
-        """Zero the gradients, backpropagate the policy loss, clip at 1.0, one AdamW step."""
+        """Zero the gradients, backpropagate the policy loss, clip at 1.0, one AdamW step.
+
+        Over several ranks the loss is over every rank's generated tokens and the gradients are summed before
+        the clip, so every rank applies the same step; the loss returned is the whole step's."""
         import torch
 
         trainable = [p for p in self.model.parameters() if p.requires_grad]
@@ -92,10 +109,34 @@ class TorchGRPOBackend:
                                                weight_decay=self.config.weight_decay)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        loss, _ = policy_loss(self.model, rollouts, weights)
+        total = sum(gather(scored_turns(rollouts, weights)[1]))
+        loss, _ = policy_loss(self.model, rollouts, weights, total)
+        all_reduce_gradients(trainable)
         torch.nn.utils.clip_grad_norm_(trainable, MAX_GRAD_NORM)
         self.optimizer.step()
-        return float(loss)
+        if self.vllm is not None:
+            self.vllm.load_adapter(self._adapter_snapshot())
+        return float(sum(gather(float(loss))))
+
+    def _adapter_snapshot(self) -> Path:
+        """The adapter as it stands, saved for vLLM to load (a new folder per update)."""
+        if self.scratch is None:
+            self.scratch = tempfile.TemporaryDirectory(prefix="blobkit-vllm-adapter-")
+        path = Path(self.scratch.name) / f"update-{self.vllm.adapter_loads if self.vllm else 0}"
+        self.model.save_pretrained(path, safe_serialization=True)
+        return path
+
+    def _vllm_sampler(self) -> VLLMTurns:
+        """vLLM's engine over the policy's base, generating with the adapter the policy starts from."""
+        from .base_identity import pinned_base_path
+
+        config = self.config
+        self.vllm = VLLMTurns(str(pinned_base_path(self.source.base)), self.tokenizer,
+                              max_new_tokens=config.max_new_tokens, temperature=config.temperature,
+                              seed=config.seed, slots=config.episode_batch,
+                              max_lora_rank=int(self.model.peft_config["default"].r))
+        self.vllm.load_adapter(self._adapter_snapshot())
+        return self.vllm
 
     def save(self, checkpoint: Path) -> None:
         """The PEFT adapter (target modules sorted) and the tokenizer; the model is released afterwards."""

@@ -8,13 +8,16 @@ package converted here, with its sha256), the tool format chosen for it and why,
 base's tokenizer is on this machine, the tokens per row under that format, the share of them that
 is the shared prefix (system prompt and tool list, the same in every row), and an estimate of the
 SFT minutes on this machine's CPU (:func:`cpu_cost`). A GRPO plan carries its rollout budget (the
-most model calls its steps may make); a local-mlx plan its unified-memory estimate for Apple silicon
-(:mod:`trainers.memory`).
+most model calls its steps may make). The target adds its own part (:meth:`trainers.targets.base.Target.plan`):
+``target`` (what it needs, whether it runs here and why not) and its sections: local-torch the CPU
+estimate (``cost``), local-mlx its unified-memory estimate for Apple silicon (:mod:`trainers.memory`),
+runpod the launch with its price (``runpod``).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +27,13 @@ from world_format.loaded import LoadedWorld
 
 from .catalog import ResolvedBase, resolve_base
 from .config import TrainConfig
+from .episode_limit import episode_limit
 from .errors import ConfigError
 from .formats import Choice, apply_tool_format
 from .grounding import with_grounding_repeats
 from .grpo import step_model_calls
-from .memory import unified_memory_estimate
+from .preflight import preflight, rows_too_long
+from .targets.registry import target_for
 
 
 def validate_rows(loaded: LoadedWorld, rows: list[dict[str, Any]]) -> None:
@@ -73,6 +78,10 @@ CPU_RATE_PARAMETERS = 134_515_008
 """Parameters of the model the rates were measured on (SmolLM2-135M-Instruct, tied embeddings)."""
 
 
+NOT_ESTIMATED = {"estimated": False, "reason": "estimated for SFT on local-torch with a base on this machine only"}
+"""The ``cost`` of a tokenized plan whose target gives no estimate of its own."""
+
+
 def _shared_prefix(sequences: list[list[int]]) -> int:
     """Length of the longest token prefix every sequence starts with."""
     if not sequences:
@@ -85,10 +94,12 @@ def _shared_prefix(sequences: list[list[int]]) -> int:
 
 
 def _count_tokens(base: ResolvedBase, rows: list[dict[str, Any]], config: TrainConfig) -> tuple[dict[str, Any],
-                                                                                                  Choice | None]:
-    """Token counts of the rows under the base's tool format (and the format), when the tokenizer is here."""
+                                                                                                  Choice | None,
+                                                                                                  list[int]]:
+    """Token counts of the rows under the base's tool format (and the format, and each row's count), when the
+    tokenizer is here."""
     if not base.on_disk:
-        return {"tokenized": False, "reason": "base tokenizer not available locally"}, None
+        return {"tokenized": False, "reason": "base tokenizer not available locally"}, None, []
     from transformers import AutoTokenizer
 
     from .sft_torch import row_ids
@@ -103,7 +114,7 @@ def _count_tokens(base: ResolvedBase, rows: list[dict[str, Any]], config: TrainC
     return {"tokenized": True, "tokens": sum(counts), "max_row_tokens": max(counts, default=0),
             "mean_row_tokens": round(mean, 1), "shared_prefix_tokens": prefix,
             "shared_prefix_share": round(prefix / mean, 4) if mean else 0.0,
-            "rows_over_max_length": too_long}, choice
+            "rows_over_max_length": too_long}, choice, counts
 
 
 def _parameters(base: ResolvedBase) -> int:
@@ -123,10 +134,10 @@ def cpu_cost(base: ResolvedBase, config: TrainConfig, trained_tokens: int) -> di
 
     The rate is :data:`CPU_LORA_TOKENS_PER_SECOND` (or the full-weight one) measured on SmolLM2-135M here;
     for another base it is scaled by parameters (SmolLM2's count / the base's), which is rough for a
-    base of very different shape. Only SFT on local-torch is estimated.
+    base of very different shape. Only SFT is estimated (the local-torch target asks for it).
     """
-    if config.method != "sft" or config.target != "local-torch" or not base.on_disk:
-        return {"estimated": False, "reason": "estimated for SFT on local-torch with a base on this machine only"}
+    if config.method != "sft" or not base.on_disk:
+        return NOT_ESTIMATED
     rate = CPU_FULL_TOKENS_PER_SECOND if config.full else CPU_LORA_TOKENS_PER_SECOND
     parameters = _parameters(base)
     scaled = rate * CPU_RATE_PARAMETERS / max(parameters, 1)
@@ -140,6 +151,35 @@ def cpu_cost(base: ResolvedBase, config: TrainConfig, trained_tokens: int) -> di
                        f"{parameters:,} parameters"))}
 
 
+def trained_tokens(record: Mapping[str, Any], config: TrainConfig) -> int:
+    """Tokens SFT trains on: the rows' tokens plus the grounding examples' (each counted at the mean row length,
+    an upper bound: they are prefixes of their rows), times the epochs. Needs a tokenized plan record."""
+    tokens = record["tokens"]
+    return round((tokens["tokens"] + record["grounding_examples"] * tokens["mean_row_tokens"]) * config.epochs)
+
+
+def sft_memory(base: ResolvedBase, config: TrainConfig, counts: list[int], prefix: int) -> dict[str, Any]:
+    """plan.json's ``memory`` (:mod:`trainers.memory_estimate`); ConfigError naming what would fit when it does not."""
+    import torch
+
+    from .memory_estimate import sft_memory_estimate
+
+    try:
+        estimate = sft_memory_estimate(Path(base.name_or_path), _parameters(base), counts, config, prefix,
+                                       "cuda" if torch.cuda.is_available() else "cpu")
+    except (OSError, ValueError) as exc:
+        return {"estimated": False, "reason": f"the base's config.json cannot be read: {exc}"}
+    if not estimate.fits:
+        would = ("; these would fit: " + "; ".join(estimate.fitting)) if estimate.fitting else (
+            "; nothing fits at one row per pass with --gradient-checkpointing: shorten the rows or use a machine "
+            "with more memory")
+        raise ConfigError(f"the plan needs about {estimate.estimate_gb} GB ({estimate.micro_batch} rows of up to "
+                          f"{estimate.longest_row_tokens} tokens per pass; "
+                          + ", ".join(f"{k} {v:.1f}" for k, v in estimate.parts_gb.items())
+                          + f" GB) but {estimate.limit_gb} GB is available on {estimate.device}{would}")
+    return estimate.model_dump(mode="json")
+
+
 def rollout_budget(config: TrainConfig) -> dict[str, Any]:
     """The most model calls GRPO's planned steps may make (each step starts only if its worst case fits)."""
     per_step = step_model_calls(config)
@@ -149,13 +189,20 @@ def rollout_budget(config: TrainConfig) -> dict[str, Any]:
 
 
 def plan(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], data_path: Path) -> dict[str, Any]:
-    """Validate everything and write OUT/plan.json; raise on any problem."""
+    """Validate everything and write OUT/plan.json; raise on any problem, writing nothing (a ``max_turns`` below
+    what a case needs is one, :mod:`trainers.episode_limit`). plan.json records the config with its turn cap
+    resolved.
+
+    The :mod:`trainers.preflight` checks run first (the output folder can be written, the base can be
+    loaded without downloading anything here), so a run that cannot start fails before any work.
+    """
+    config, limit = episode_limit(config, kit)
+    preflight(config, target_for(config.target).preflight_skips(config))
     base = resolve_base(config.base, config.revision)
     validate_rows(kit.world(), rows)
-    tokens, choice = _count_tokens(base, rows, config)
+    tokens, choice, counts = _count_tokens(base, rows, config)
     if tokens.get("rows_over_max_length"):
-        raise ConfigError(f"rows {tokens['rows_over_max_length'][:10]} are longer than --max-length "
-                          f"{config.max_length} tokens; raise it (rows are never dropped)")
+        raise rows_too_long(config, tokens["rows_over_max_length"], tokens["max_row_tokens"])
     extra = (len(with_grounding_repeats(rows, config.grounding_repeats, config.answer_quote_repeats)) - len(rows)
              if config.method == "sft" else 0)
     steps_per_epoch = -(-(len(rows) + extra) // config.batch_size)
@@ -169,21 +216,16 @@ def plan(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], data_path: P
         "estimated_optimizer_steps": math.ceil(steps_per_epoch * config.epochs) if config.method == "sft"
         else config.steps,
         "vram_estimate_gb": base.vram_estimate_gb(config.method),
+        "episode_limit": limit,
     }
-    if tokens.get("tokenized"):
-        # grounding examples are prefixes of their rows: counted at their row's mean length, an upper bound
-        trained = round((tokens["tokens"] + extra * tokens["mean_row_tokens"]) * config.epochs)
-        result["cost"] = cpu_cost(base, config, trained)
     if config.method == "grpo":
         result["rollout_budget"] = rollout_budget(config)
-    if config.target == "local-mlx":
-        result["unified_memory"] = unified_memory_estimate(base, config)
     refusal = config.unsupported()
+    target = target_for(config.target).plan(config, kit, base, result, counts)
+    if tokens.get("tokenized"):
+        result["cost"] = NOT_ESTIMATED
+    result.update({**target.sections, "target": target.record()})
     if refusal:
         result["unsupported"] = refusal
-    elif config.target == "runpod":
-        from .runpod import launch_plan
-
-        result["runpod"] = launch_plan(config, kit, result)
     atomic_write_json(config.out / "plan.json", result)
     return result

@@ -10,8 +10,10 @@ beside the tokenizer, which keeps SmolLM2's own chat template (the tool format i
 The conversion is deterministic (same GGUF, same transformers → byte-identical files; measured:
 two conversions gave identical sha256 for every file), atomic (written to a staging folder, the
 manifest last, renamed into place) and done once: the folder is keyed by the GGUF's sha256, a
-second resolve verifies every file against the manifest (about a second for the 538 MB of weights)
-and reuses it, and a file lock keeps two processes from converting at once. The base's identity is
+second resolve verifies it against the pinned source (:func:`verify_against_source`: the GGUF's
+sha256 recomputed, the manifest naming that file, and every converted file's recomputed sha256 equal
+to the pinned result of a conversion, or to a fresh conversion when transformers differs from the one
+it was pinned with) and reuses it, and a file lock keeps two processes from converting at once. The base's identity is
 the sha256 of its manifest (:func:`trainers.base_identity.base_fingerprint`), which pins every file
 and names the GGUF's own sha256.
 """
@@ -46,7 +48,12 @@ class RegistryFile:
     path: str
     """The file's path inside the installed distribution."""
     sha256: str
-    """The file's expected sha256 (hex), checked before converting."""
+    """The file's expected sha256 (hex), checked before converting and on every resolve."""
+    converted_with: str | None = None
+    """The transformers version :attr:`converted` was measured with."""
+    converted: tuple[tuple[str, str], ...] = ()
+    """(file name, sha256) of every file a conversion of this file gives under :attr:`converted_with`: the
+    pinned result of a recomputation, kept here rather than beside the converted folder."""
 
 
 @dataclass(frozen=True)
@@ -136,11 +143,47 @@ def read_base_manifest(path: Path) -> dict[str, Any] | None:
     return manifest
 
 
+def _mismatch(path: Path, what: str) -> BaseMismatchError:
+    return BaseMismatchError(f"{path}: the converted base does not match its pinned source ({what}); delete the "
+                             "folder to convert it again")
+
+
+def _reconverted(gguf: Path, root: Path) -> dict[str, str]:
+    """(file name → sha256) of a fresh conversion of ``gguf`` in a scratch folder under ``root``, then removed."""
+    with tempfile.TemporaryDirectory(prefix=".recompute-", dir=root) as scratch:
+        _convert(gguf, Path(scratch))
+        return {p.name: file_sha256(p) for p in sorted(Path(scratch).iterdir()) if p.is_file()}
+
+
+def verify_against_source(path: Path, manifest: dict[str, Any], source: RegistryFile, gguf: Path) -> None:
+    """Check a converted base (already verified against its manifest) against the pinned source, not the manifest.
+
+    The manifest must name the pinned package, file and sha256; the files' sha256 (recomputed by
+    :func:`read_base_manifest`) must equal :attr:`RegistryFile.converted` when the folder was converted
+    with the transformers version those were pinned with, and otherwise equal a fresh conversion of
+    ``gguf`` (about a minute on two cores). Raises BaseMismatchError naming the first difference.
+    """
+    named = manifest.get("source") or {}
+    for key, pinned in (("package", source.package), ("file", source.path), ("sha256", source.sha256)):
+        if named.get(key) != pinned:
+            raise _mismatch(path, f"its manifest names {key} {named.get(key)!r}, the pin is {pinned!r}")
+    have = {name: entry["sha256"] for name, entry in manifest["files"].items()}
+    used = (manifest.get("converted_with") or {}).get("transformers")
+    expected = dict(source.converted) if source.converted and used == source.converted_with else None
+    if expected is None:
+        expected = _reconverted(gguf, path.parent)
+    for name in sorted(set(have) | set(expected)):
+        if have.get(name) != expected.get(name):
+            raise _mismatch(path, f"{name} has sha256 {have.get(name)}, converting the pinned file gives "
+                                  f"{expected.get(name)}")
+
+
 def converted_base(entry_id: str, source: RegistryFile, root: Path | None = None) -> ConvertedBase:
     """The base ``entry_id`` converted from ``source`` under ``root`` (default :func:`bases_dir`), converting once.
 
     Raises TargetUnavailableError when the package is missing, BaseMismatchError when the installed
-    file's sha256 is not the pinned one or an earlier conversion fails its manifest.
+    file's sha256 is not the pinned one, or an earlier conversion fails its manifest or its pinned
+    source (:func:`verify_against_source`).
     """
     from filelock import FileLock
 
@@ -155,12 +198,16 @@ def converted_base(entry_id: str, source: RegistryFile, root: Path | None = None
     with FileLock(str(target) + ".lock"):
         manifest = read_base_manifest(target)
         if manifest is not None:
+            verify_against_source(target, manifest, source, gguf)
             return ConvertedBase(target, manifest, converted_now=False)
         with tempfile.TemporaryDirectory(prefix=".convert-", dir=root) as scratch:
             _convert(gguf, Path(scratch))
             files: dict[str, Any] = {p.name: p for p in sorted(Path(scratch).iterdir()) if p.is_file()}
             write_manifested_dir(target, files, BASE_MANIFEST, _manifest_renderer(entry_id, source, version))
         manifest = read_base_manifest(target)
+        if manifest is not None and (manifest.get("converted_with") or {}).get("transformers") == \
+                source.converted_with:
+            verify_against_source(target, manifest, source, gguf)  # a conversion here gives the pinned files
     if manifest is None:
         raise TrainerError(f"{target}: the conversion wrote no {BASE_MANIFEST}")
     return ConvertedBase(target, manifest, converted_now=True)

@@ -21,19 +21,21 @@ from .trajectories import ScoredFile
 
 
 def replay_case(export: Path, kit: Kit, case_id: str | None = None, *, max_turns: int | None = None,
-                max_new_tokens: int | None = None) -> tuple[EpisodeResult, dict[str, Any]]:
-    """(the episode, the export's manifest) of held-out case ``case_id`` (default: the first) replayed by ``export``."""
+                max_new_tokens: int | None = None, decoding: str | None = None) -> tuple[EpisodeResult, dict[str, Any]]:
+    """(the episode, the export's manifest) of held-out case ``case_id`` (default: the first) replayed by ``export``,
+    decoded as ``decoding`` says (default: as the export was trained and evaluated)."""
     model, tokenizer, manifest = load_export(export)
     cases = kit.cases("eval")
     chosen = next((c for c in cases if case_id is None or c.case_id == case_id), None)
     if chosen is None:
         raise ConfigError(f"no held-out case {case_id!r} in {kit.root}")
     trained = _trained_config(Path(export))
-    turns = max_turns or trained.max_turns
+    turns = max_turns or trained.turn_cap
     tokens = max_new_tokens or trained.max_new_tokens
     runtime = kit.world().runtime()
     try:
-        return run_episode(model_policy(model, tokenizer, tokens), runtime, chosen, turns), manifest
+        policy = model_policy(model, tokenizer, tokens, decoding=decoding or trained.decoding, world=runtime.world)
+        return run_episode(policy, runtime, chosen, turns), manifest
     finally:
         runtime.close()
 
@@ -46,30 +48,36 @@ def _trained_config(export: Path) -> TrainConfig:
         return TrainConfig()
 
 
-def replay_record(result: EpisodeResult, manifest: dict[str, Any]) -> dict[str, Any]:
+def trained_decoding(export: Path) -> str:
+    """The decoding the export was trained and evaluated with (``free`` when it does not record one)."""
+    return _trained_config(Path(export)).decoding
+
+
+def replay_record(result: EpisodeResult, manifest: dict[str, Any], decoding: str = "free") -> dict[str, Any]:
     """What ``blobkit replay --json`` prints: the episode record plus the export's kind."""
-    return {**result.to_json(), "model_kind": manifest["kind"]}
+    return {**result.to_json(), "model_kind": manifest["kind"], "decoding": decoding}
 
 
-def evaluate_export(export: Path, kit: Kit, *, limit: int | None = None) -> EvalSummary:
+def evaluate_export(export: Path, kit: Kit, *, limit: int | None = None, decoding: str | None = None) -> EvalSummary:
     """Greedy episodes of ``export`` (loaded fresh, verified) on the kit's held-out cases (the first ``limit``), with
     the turn cap and token budget it was trained with; what ``blobkit eval --model`` prints."""
     model, tokenizer, _ = load_export(export)
     trained = _trained_config(Path(export))
     runtime = kit.world().runtime()
     try:
-        return evaluate_cases(model_policy(model, tokenizer, trained.max_new_tokens, trained.episode_batch), runtime,
-                              kit.cases("eval")[:limit], trained.max_turns)
+        policy = model_policy(model, tokenizer, trained.max_new_tokens, trained.episode_batch,
+                              decoding=decoding or trained.decoding, world=runtime.world)
+        return evaluate_cases(policy, runtime, kit.cases("eval")[:limit], trained.turn_cap)
     finally:
         runtime.close()
 
 
-def score_export(export: Path, kit: Kit, *, limit: int | None = None) -> ScoredFile:
+def score_export(export: Path, kit: Kit, *, limit: int | None = None, decoding: str | None = None) -> ScoredFile:
     """:func:`evaluate_export`'s episodes scored as one claim over the kit's cases (partial when ``limit`` leaves
     held-out cases out), the record ``blobkit eval --model`` prints."""
     from .scoring import Scored, conversation_key, score_verdicts, side_universe
 
-    results = list(evaluate_export(export, kit, limit=limit).results)
+    results = list(evaluate_export(export, kit, limit=limit, decoding=decoding).results)
     universe = side_universe(kit.cases("train") + kit.cases("eval"))
     verdicts = [Scored(r.case_id, r.passed, r.entity, conversation_key(list(r.messages)), f"episode {i + 1}")
                 for i, r in enumerate(results)]

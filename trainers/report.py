@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .paired import PairedComparison, compare
+
 if TYPE_CHECKING:
     from .evaluation import EvalSummary
     from .fit import FitResult
@@ -39,4 +41,10 @@ def sft_report(base: EvalSummary, sft: EvalSummary, fit: FitResult, kit_sha256: 
     return {"base": base.to_json(), "sft": sft.to_json(), "optimizer_updates": fit.optimizer_updates,
             "stopped_by": fit.stopped_by, "model_calls": base.model_calls + sft.model_calls,
             "train_seconds": round(fit.train_seconds, 1), "loss_history": fit.history, "kit_sha256": kit_sha256,
-            "sft_minus_base": round(sft.pass_rate - base.pass_rate, 4)}
+            "sft_minus_base": round(sft.pass_rate - base.pass_rate, 4),
+            "sft_vs_base": paired(base, sft, "base", "sft").model_dump(mode="json")}
+
+
+def paired(earlier: EvalSummary, later: EvalSummary, earlier_name: str, later_name: str) -> PairedComparison:
+    """The paired comparison of two evaluations of the same held-out cases (:mod:`trainers.paired`)."""
+    return compare(earlier.outcomes(), later.outcomes(), earlier_name=earlier_name, later_name=later_name)

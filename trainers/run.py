@@ -7,7 +7,8 @@ its ``fit`` (torch SFT, mlx SFT, GRPO on torch or mlx) and its report; the skele
 the held-out cases, the :class:`~trainers.budget.Budget` (``--max-minutes``, ``--max-model-calls``,
 cancellation) that every fit polls at its step boundaries, the export with its manifest, the
 reload from disk and the evaluation of exactly what was exported, and the files every run writes
-(``eval.json``, ``eval_cases_<label>.json``, ``training.png``).
+(``eval.json``, ``eval_cases_<label>.json``, every evaluated conversation in ``eval_cases_<label>.jsonl``,
+``training.png``, and the export's model card, :mod:`trainers.model_card`).
 """
 
 from __future__ import annotations
@@ -15,18 +16,21 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from world_format.canonical import atomic_write_json
+from world_format.canonical import atomic_write_bytes, atomic_write_json, jsonl_bytes
 from world_format.kit import Kit, KitCase
 from world_format.loaded import LoadedWorld
 
 from .budget import Budget, Log, Stop
 from .config import TrainConfig
+from .episode_limit import episode_limit
 from .errors import TargetUnavailableError
 from .evaluation import EvalSummary, evaluate_cases, model_policy
-from .export import export_model, load_export, merge_export
+from .export import export_model, load_export, merge_export, verify_export
 from .fit import Trainer
 from .intervals import rate_text
+from .model_card import add_model_card, model_card
 from .report import plot_training
+from .targets.registry import target_for
 from .tokenizable import Tokenizable, tokenizable_cases
 
 
@@ -37,12 +41,19 @@ def evaluate_policy(model: Any, tokenizer: Any, loaded: LoadedWorld, cases: list
     runtime = loaded.runtime()
     try:
         started = time.monotonic()
-        summary = evaluate_cases(model_policy(model, tokenizer, config.max_new_tokens, config.episode_batch),
-                                 runtime, cases, config.max_turns, universe=universe)
+        policy = model_policy(model, tokenizer, config.max_new_tokens, config.episode_batch,
+                              decoding=config.decoding, world=loaded.world)
+        summary = evaluate_cases(policy, runtime, cases, config.turn_cap, universe=universe)
     finally:
         runtime.close()
     log(f"{label}: held-out pass rate {rate_text(summary.to_json())} ({time.monotonic() - started:.0f}s)")
     return summary
+
+
+def conversations(summary: EvalSummary, label: str) -> bytes:
+    """Every evaluated conversation as JSON Lines ``{"case_id", "agent", "messages"}`` in the kit's row format:
+    ``OUT/eval_cases_<label>.jsonl``, which ``blobkit eval --trajectories`` scores again."""
+    return jsonl_bytes({"case_id": r.case_id, "agent": label, "messages": list(r.messages)} for r in summary.results)
 
 
 def _tokenizable(cases: list[KitCase], loaded: LoadedWorld, tokenizer: Any, log: Log) -> Tokenizable:
@@ -58,36 +69,40 @@ def _tokenizable(cases: list[KitCase], loaded: LoadedWorld, tokenizer: Any, log:
     return found
 
 
-def _trainer(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: dict[str, Any]) -> Trainer:
-    if config.method == "grpo":
-        from .grpo import GRPOTrainer
+def _pass_k(model: Any, tokenizer: Any, loaded: LoadedWorld, cases: list[KitCase], config: TrainConfig,
+            log: Log) -> dict[str, Any]:
+    """pass^k of the exported model beside its pass@1 (:mod:`trainers.pass_k`), as eval.json records it."""
+    from .pass_k import evaluate_pass_k
 
-        return GRPOTrainer(config, kit, rows, plan_record)
-    if config.target == "local-mlx":
-        from .sft_mlx import MLXSFTTrainer
-
-        return MLXSFTTrainer(config, kit, rows, plan_record)
-    from .sft_torch import TorchSFTTrainer
-
-    return TorchSFTTrainer(config, kit, rows, plan_record)
+    runtime = loaded.runtime()
+    try:
+        record = evaluate_pass_k(model, tokenizer, runtime, cases, config, loaded.world)
+    finally:
+        runtime.close()
+    log(f"sampled: {record.text()}")
+    return record.model_dump(mode="json")
 
 
 def run_training(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: dict[str, Any],
                  log: Log, stop: Stop | None = None) -> dict[str, Any]:
-    """Run a validated, planned run on its target; every target returns (and writes) the eval.json record.
+    """Run a validated, planned run on its target (:meth:`trainers.targets.base.Target.run`); every target returns
+    (and writes) the eval.json record.
 
     ``stop`` is polled at every step boundary together with the config's budgets; training then
     ends at that boundary, the partial model is still exported and evaluated, and ``stopped_by``
-    says why.
+    says why. The turn cap is resolved against the kit first (:func:`trainers.episode_limit.episode_limit`, as the
+    plan did), so the trainers, the export's config and every evaluation use the same one.
     """
     refusal = config.unsupported()
     if refusal:
         raise TargetUnavailableError(refusal)
-    if config.target == "runpod":
-        from .runpod import train_runpod
+    config, _ = episode_limit(config, kit)
+    return target_for(config.target).run(config, kit, rows, plan_record, log, stop)
 
-        return train_runpod(config, kit, rows, plan_record, log, stop)
-    trainer = _trainer(config, kit, rows, plan_record)
+
+def run_skeleton(config: TrainConfig, kit: Kit, trainer: Trainer, log: Log, stop: Stop | None) -> dict[str, Any]:
+    """The skeleton around ``trainer`` in this process (a local target's run): start evaluation, fit, export,
+    (merge), reload, end evaluation, report; returns (and writes) the eval.json record."""
     loaded, held_out = kit.world(), kit.cases("eval")
     model, tokenizer = trainer.start_policy()
     expressible = _tokenizable(held_out[: config.eval_limit], loaded, tokenizer, log)
@@ -102,8 +117,15 @@ def run_training(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan
     reloaded, tokenizer, _ = load_export(export)
     end = evaluate_policy(reloaded, tokenizer, loaded, cases, config, log, trainer.end_label, held_out)
     report = {**trainer.report(start, end, fit), "left_out": expressible.record(), "eval_limit": config.eval_limit}
+    for label in (trainer.start_label, trainer.end_label):
+        report[label]["decoding"] = config.decoding
+    if config.pass_k:
+        report[trainer.end_label]["pass_hat_k"] = _pass_k(reloaded, tokenizer, loaded, cases, config, log)
     atomic_write_json(config.out / "eval.json", report)
     atomic_write_json(config.out / f"eval_cases_{trainer.end_label}.json", [r.to_json() for r in end.results])
+    for label, summary in ((trainer.start_label, start), (trainer.end_label, end)):
+        atomic_write_bytes(config.out / f"eval_cases_{label}.jsonl", conversations(summary, label))
+    add_model_card(export, model_card(config, verify_export(export), report, loaded.world.identity.id))
     evals: dict[str, Any] = {name: report[name] for name in ("base", "sft", "rl") if name in report}
     if trainer.end_label == "rl":
         plot_training(config.out / "training.png", fit.history, evals, title="GRPO reward per step",

@@ -27,7 +27,10 @@ from .fit import FitResult
 from .formats import apply_tool_format
 from .grounding import with_grounding_repeats
 from .lora import peft_lora_config
+from .memory_estimate import micro_batch
+from .ranks import DDP_TIMEOUT_SECONDS, World
 from .report import sft_report
+from .shared_prefix import NLL
 
 TRAINING_KEYS = ("messages", "tools")
 
@@ -119,7 +122,7 @@ def _loss_in_progress_bar(progress_callback: type) -> Any:
     return LossInProgressBar()
 
 
-def _assistant_token_loss(sft_trainer: type) -> type:
+def _assistant_token_loss(sft_trainer: type, shared_prefix: bool = False) -> type:
     """``sft_trainer`` whose loss sends only the labelled (assistant) positions through the LM head.
 
     TRL's fused LM head scores only labelled positions on Triton devices; elsewhere it scores
@@ -127,11 +130,11 @@ def _assistant_token_loss(sft_trainer: type) -> type:
     CPU that head was 28% of a tiny-model step. This loss is the same quantity (summed negative
     log-likelihood of the labelled next tokens over ``num_items_in_batch``, or over their count),
     equal to TRL's to float rounding; it keeps TRL's ``mean_token_accuracy`` and ``num_tokens``
-    metrics and drops ``entropy``. It materialises ``labelled tokens x vocabulary`` logits, so it
-    is meant for CPU runs (small models), not for a 150k vocabulary on a GPU.
+    metrics and drops ``entropy``. Logits exist for one chunk of labelled positions at a time
+    (:func:`trainers.shared_prefix.labelled_nll`). ``shared_prefix``: the batch's shared prefix runs once
+    (:mod:`trainers.shared_prefix`), the same loss and gradients.
     """
-    import torch
-    import torch.nn.functional as F
+    from .shared_prefix import shared_prefix_nll
 
     class AssistantTokenLoss(sft_trainer):  # type: ignore[misc,valid-type]
         def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False,
@@ -140,40 +143,51 @@ def _assistant_token_loss(sft_trainer: type) -> type:
                 return super().compute_loss(model, inputs, return_outputs=True,
                                             num_items_in_batch=num_items_in_batch)
             causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
-            model_inputs = {k: inputs[k] for k in ("input_ids", "attention_mask", "position_ids") if k in inputs}
-            hidden = causal_lm.base_model(**model_inputs, use_cache=False).last_hidden_state[:, :-1]
-            next_tokens = inputs["labels"][:, 1:]
-            labelled = next_tokens != -100
-            logits = causal_lm.get_output_embeddings()(hidden[labelled]).float()
-            targets = next_tokens[labelled]
-            count = labelled.sum()
-            loss = F.cross_entropy(logits, targets, reduction="sum") / (
-                count.clamp(min=1) if num_items_in_batch is None else num_items_in_batch
-            )
+            ids, mask, labels = inputs["input_ids"], inputs.get("attention_mask"), inputs["labels"]
+            if "position_ids" in inputs or not shared_prefix:  # packed rows carry position ids: nothing is shared
+                nll = _plain_nll(causal_lm, inputs)
+            else:
+                nll, _ = shared_prefix_nll(causal_lm, ids, mask, labels)
+            loss = nll.total / (max(nll.count, 1) if num_items_in_batch is None else num_items_in_batch)
             mode = "train" if model.training else "eval"
-            with torch.no_grad():
-                correct = (logits.argmax(-1) == targets).sum()
-                self._metrics[mode]["mean_token_accuracy"].append(float(correct) / max(int(count), 1))
+            self._metrics[mode]["mean_token_accuracy"].append(nll.correct / max(nll.count, 1))
             if mode == "train":
-                mask = inputs.get("attention_mask")
-                self._total_train_tokens += int(mask.sum()) if mask is not None else int(inputs["input_ids"].numel())
+                self._total_train_tokens += int(mask.sum()) if mask is not None else int(ids.numel())
             self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
             return loss
 
     return AssistantTokenLoss
 
 
+def _plain_nll(causal_lm: Any, inputs: dict[str, Any]) -> NLL:
+    """The padded (or packed) batch's :class:`~trainers.shared_prefix.NLL`, every row run whole."""
+    from .shared_prefix import labelled_nll
+
+    model_inputs = {k: inputs[k] for k in ("input_ids", "attention_mask", "position_ids") if k in inputs}
+    hidden = causal_lm.base_model(**model_inputs, use_cache=False).last_hidden_state[:, :-1]
+    next_tokens = inputs["labels"][:, 1:]
+    labelled = next_tokens != -100
+    return labelled_nll(causal_lm.get_output_embeddings(), hidden[labelled], next_tokens[labelled])
+
+
 def _sft_arguments(config: TrainConfig, scratch: str, *, max_steps: int | None, progress: bool, log_every: int,
-                   cuda: bool, bf16: bool) -> Any:
-    """TRL's ``SFTConfig`` for ``config``: assistant-only loss, no checkpoints, CPU-friendly defaults."""
+                   cuda: bool, bf16: bool, world: World, rows_per_pass: int | None = None) -> Any:
+    """TRL's ``SFTConfig`` for ``config``: assistant-only loss, no checkpoints, CPU-friendly defaults.
+
+    Over ``world.size`` ranks each takes ``batch_size / size`` rows a step, so the global batch (and with it
+    the steps and the learning-rate schedule) is one process's; gloo on a CPU, nccl on CUDA. ``rows_per_pass``
+    (:func:`trainers.memory_estimate.micro_batch`): at most this many rows per forward pass (the largest divisor
+    of a rank's rows that fits), with gradient accumulation making up the rank's rows per optimizer update."""
+    per_rank = config.batch_size // world.size
+    micro = max(d for d in range(1, per_rank + 1) if per_rank % d == 0 and d <= (rows_per_pass or per_rank))
     from trl import SFTConfig
 
     return SFTConfig(
         output_dir=scratch,
         num_train_epochs=float(config.epochs),
         max_steps=max_steps if max_steps is not None else -1,
-        per_device_train_batch_size=config.batch_size,
-        gradient_accumulation_steps=1,
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=per_rank // micro,
         learning_rate=config.learning_rate,
         lr_scheduler_type=config.lr_scheduler,
         # transformers 5 dropped ``warmup_ratio``: a float in [0, 1) for ``warmup_steps`` is a ratio.
@@ -187,7 +201,7 @@ def _sft_arguments(config: TrainConfig, scratch: str, *, max_steps: int | None, 
         use_cpu=not cuda,
         # TRL defaults ``gradient_checkpointing=True``; transformers 5 renamed it, and only setting the
         # new name both turns it off and avoids the deprecation warning.
-        activation_checkpointing=False,
+        activation_checkpointing=config.gradient_checkpointing,
         max_length=config.max_length,
         packing=config.packing,
         train_sampling_strategy="group_by_length" if config.group_by_length and not config.packing else "random",
@@ -201,6 +215,8 @@ def _sft_arguments(config: TrainConfig, scratch: str, *, max_steps: int | None, 
         dataloader_num_workers=0,
         dataloader_pin_memory=cuda,
         dataset_num_proc=None,
+        ddp_backend="gloo" if world.distributed and not cuda else None,
+        ddp_timeout=DDP_TIMEOUT_SECONDS,
     )
 
 
@@ -224,6 +240,19 @@ def _recorders(stop: Stop | None) -> tuple[list[Any], list[tuple[int, float]], l
                 control.should_training_stop = True
 
     return [_LossRecorder(), _StopHook()], losses, stopped
+
+
+def _loss_log(log: Log) -> Any:
+    """A callback that logs ``step N/M: loss X`` each time the trainer records the loss (as the mlx trainer
+    prints it), so a job's progress events carry the loss per step while SFT runs."""
+    from transformers import TrainerCallback
+
+    class _LossLog(TrainerCallback):  # type: ignore[misc]
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any) -> None:
+            if logs and "loss" in logs:
+                log(f"step {int(state.global_step)}/{int(state.max_steps)}: loss {float(logs['loss']):.4f}")
+
+    return _LossLog()
 
 
 def _save(trained: Any, tokenizer: Any, out_dir: Path, lora: bool) -> None:
@@ -270,10 +299,12 @@ def train_sft(
         raise ConfigError("train_sft needs at least one row")
     if max_steps is not None and max_steps < 1:
         raise ConfigError("max_steps must be >= 1 when given")
-    lora, model_dir, out_dir = not config.full, Path(model_dir), Path(out_dir)
+    lora, model_dir, out_dir, world = not config.full, Path(model_dir), Path(out_dir), World.from_env()
+    if config.batch_size % world.size:
+        raise ConfigError(f"--batch-size {config.batch_size} does not split over {world.size} processes")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     apply_tool_format(tokenizer, config.tool_format, where=str(model_dir))
-    _check_lengths(tokenizer, rows, config.max_length)
+    counts = _check_lengths(tokenizer, rows, config.max_length)
     cuda = torch.cuda.is_available()
     bf16 = bool(cuda and torch.cuda.is_bf16_supported())
     model = AutoModelForCausalLM.from_pretrained(
@@ -281,10 +312,17 @@ def train_sft(
     recorders, losses, stopped = _recorders(stop)
     with tempfile.TemporaryDirectory(prefix="blobkit-sft-") as scratch:
         args = _sft_arguments(config, scratch, max_steps=max_steps, progress=progress, log_every=log_every,
-                              cuda=cuda, bf16=bf16)
+                              cuda=cuda, bf16=bf16, world=world,
+                              rows_per_pass=micro_batch(config.batch_size, max(counts), config.max_batch_tokens))
         # On CUDA, TRL's own fused head already scores only labelled positions (Triton) and avoids
-        # materialising vocabulary-wide logits; on a CPU the compact loss is ~1.4x faster per step.
-        trainer_class = SFTTrainer if cuda else _assistant_token_loss(SFTTrainer)
+        # materialising vocabulary-wide logits; on a CPU the compact loss is ~1.4x faster per step. Over several
+        # ranks the forward must go through DDP's wrapper (its gradient hooks), which the compact loss bypasses
+        # (local-torch refuses --shared-prefix with --processes).
+        if world.distributed:
+            trainer_class = SFTTrainer
+        else:
+            trainer_class = (_assistant_token_loss(SFTTrainer, config.shared_prefix) if config.shared_prefix or not cuda
+                             else SFTTrainer)
         trainer = trainer_class(model=model, args=args, train_dataset=rows_to_dataset(rows), processing_class=tokenizer,
                                 peft_config=peft_lora_config(config.lora_rank) if lora else None,
                                 callbacks=[*recorders, *callbacks])
@@ -296,7 +334,8 @@ def train_sft(
         start = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - start
-    _save(trainer.model, tokenizer, out_dir, lora)
+    if world.is_main:
+        _save(trainer.model, tokenizer, out_dir, lora)
     return SFTResult(loss_history=losses, optimizer_steps=int(trainer.state.global_step), train_seconds=seconds,
                      output_dir=out_dir, kind="lora" if lora else "full", stopped_by=stopped[0] if stopped else None)
 
@@ -326,8 +365,10 @@ class TorchSFTTrainer:
         log(f"training ({'full weights' if config.full else f'LoRA rank {config.lora_rank}'}) on "
             f"{len(self.rows)} examples")
         checkpoint = config.out / "checkpoint"
-        result = train_sft(Path(self.base["name_or_path"]), self.rows, checkpoint, config, stop=budget.step_stop)
-        atomic_write_json(checkpoint / "train_config.json", config.as_json())
+        result = train_sft(Path(self.base["name_or_path"]), self.rows, checkpoint, config, stop=budget.step_stop,
+                           callbacks=[_loss_log(log)])
+        if World.from_env().is_main:
+            atomic_write_json(checkpoint / "train_config.json", config.as_json())
         return FitResult(checkpoint, result.kind, self.base, result.optimizer_steps, result.train_seconds,
                          result.loss_history, result.stopped_by)
 

@@ -18,6 +18,7 @@ from world_format.errors import WorldFormatError
 
 from .confirmation import check_confirmations
 from .control import control_strings_in
+from .entities import owner_problem
 from .models import World
 from .procedures import check_procedures
 
@@ -73,6 +74,9 @@ def check_column_ref(world: World, ref: str, where: str) -> None:
 
 def _check_foreign_keys(world: World, source: str) -> None:
     for t_index, table in enumerate(world.state.tables):
+        problem = owner_problem(table)
+        if problem is not None:
+            raise WorldFormatError(f"{source}: /state/tables/{t_index}/owner: {problem}")
         for c_index, column in enumerate(table.columns):
             if not column.references:
                 continue

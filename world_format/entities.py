@@ -1,7 +1,8 @@
 """Connected entities: the root row every row of the seed belongs to, following declared foreign keys.
 
-A row's *owning reference* is the first column of its table (in declaration order) that declares
-``references`` to another table. Following owning references from a row until a row has none (or its
+A row's *owning reference* is the column its table declares as ``owner``, or the one column of the table that
+declares ``references`` to another table (a table with several must declare its owner: :func:`owner_problem`).
+Following owning references from a row until a row has none (or its
 value is null, or names no row) reaches the row's *root*; the root and every row that reaches it form
 one entity — a customer with their orders, the orders' items and refunds. Other references do not join
 entities: a self-reference (an employee's manager) is a hierarchy, and a second reference (an order
@@ -26,9 +27,31 @@ Row = tuple[str, str]
 """A row: (table, canonical JSON of its key)."""
 
 
+def _outward(table: Table) -> list[Column]:
+    """The columns referencing another table (a self-reference is a hierarchy, never an owner)."""
+    return [c for c in table.columns if c.references and c.references.split(".")[0] != table.name]
+
+
 def owning_reference(table: Table) -> Column | None:
-    """The column whose reference makes a row part of its parent's entity (None: the table's rows are roots)."""
-    return next((c for c in table.columns if c.references and c.references.split(".")[0] != table.name), None)
+    """The column whose reference makes a row part of its parent's entity: the declared ``owner``, else the table's
+    only reference to another table (None: the table's rows are roots)."""
+    outward = _outward(table)
+    if table.owner is not None:
+        return next((c for c in outward if c.name == table.owner), None)
+    return outward[0] if outward else None
+
+
+def owner_problem(table: Table) -> str | None:
+    """Why the table's owning reference cannot be read from its declaration (None when it can): an ``owner`` that is
+    no column referencing another table, or several such columns and no ``owner``."""
+    outward = [c.name for c in _outward(table)]
+    if table.owner is not None and table.owner not in outward:
+        return (f"owner {table.owner!r} is not a column of {table.name!r} that references another table "
+                f"(those are {outward or 'none'})")
+    if table.owner is None and len(outward) > 1:
+        return (f"table {table.name!r} references other tables by {outward}: declare which one owns its rows as "
+                f'"owner" (a row belongs to the entity of the row its owner names; the others are shared data)')
+    return None
 
 
 def entity_id(table: str, key: Any) -> str:

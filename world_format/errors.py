@@ -52,3 +52,14 @@ class KitError(BlobkitError, ValueError):
 
 class ArchiveError(KitError):
     """An archive is malformed, unsafe (links, path escapes) or over its budgets."""
+
+
+class OutputError(BlobkitError, OSError):
+    """An output folder or file cannot be written (read-only, full, forbidden, or a file where a folder must be);
+    raised before the work starts where that can be known, and otherwise with nothing half-written."""
+
+
+class InterruptError(BlobkitError):
+    """A command was interrupted (SIGINT or SIGTERM) at a point where stopping means writing nothing."""
+
+    exit_code = 130

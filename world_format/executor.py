@@ -19,6 +19,7 @@ import jsonschema
 from world_format.canonical import canonical_json
 from world_format.errors import ToolCallError
 
+from .arithmetic import calculate
 from .ecma_pattern import ParameterValidator
 from .jsontext import lone_surrogate
 from .models import Tool
@@ -128,10 +129,16 @@ def execute_tool(guard: Guard, compiled: CompiledTool, arguments: Any) -> Any:
     """Run one call; return its observation (JSON-able) or raise ToolCallError.
 
     A pure tool (effect none) runs no SQL: its validated call is recorded in the trace and answered
-    ``{"status": "recorded"}`` (plus the tool's ``message``).
+    ``{"status": "recorded"}`` (plus the tool's ``message``), or by its built-in (``calculate``:
+    ``{"result": "1142.51"}``, :mod:`world_format.arithmetic`).
     """
     arguments = check_arguments(compiled, arguments)
     tool = compiled.tool
+    if tool.builtin == "calculate":
+        try:
+            return {"result": calculate(str(arguments.get("expression", "")))}
+        except ValueError as exc:
+            raise ToolCallError(f"cannot calculate: {exc}") from None
     if tool.effect == "none":
         recorded: dict[str, Any] = {"status": "recorded"}
         return {**recorded, "message": tool.result.message} if tool.result.message else recorded

@@ -106,6 +106,10 @@ class Table(StrictModel):
     checks: tuple[str, ...] = Field(default=(), max_length=16)
     """CHECK constraints: SQL expressions over a row's columns that every row must satisfy (a write that breaks
     one is refused), e.g. "seats_left >= 0"."""
+    owner: Identifier | None = None
+    """The column whose reference owns this table's rows: a row belongs to the entity of the row it names (a loan to
+    its patron, not to the copy it lends). Required when the table references more than one other table; null
+    with one such reference, that one."""
 
     @model_validator(mode="after")
     def _has_a_primary_key(self) -> Table:
@@ -297,10 +301,16 @@ class Tool(StrictModel):
     counts_exclude: Exclusion | None = None
     """Rows-shaped tools: listed rows that minted counts and sums leave out, as a customer would (cancelled
     orders are not "my orders")."""
+    builtin: Literal["calculate"] | None = None
+    """Pure tools: a built-in that answers the call instead of recording it. calculate: the string parameter
+    ``expression`` (numbers, + - * / and parentheses) evaluated with exact decimals, answered {"result": "1142.51"}
+    (world_format/arithmetic.py; nothing is executed as code, anything else is a tool error)."""
 
     @model_validator(mode="after")
     def _pure_or_sql(self) -> Tool:
         pure = self.effect == "none"
+        if self.builtin is not None and not pure:
+            raise ValueError(f"tool {self.name!r}: a builtin is a pure tool (effect none)")
         if pure and (self.statements or self.preconditions or self.result.shape != "recorded"):
             raise ValueError(f"tool {self.name!r} is pure (effect none): it has no statements or preconditions and "
                              'its result shape is "recorded"')
@@ -606,11 +616,13 @@ class Procedures(StrictModel):
     verifiers require them, and the gate's policy-skip probes (a chain without the step) must fail. A write the
     customer must confirm is declared on the tool (``confirm``)."""
 
-    identify: Identifier | None = None
-    """The read tool that verifies who the customer is (row-shaped, one required parameter anchored to a natural
-    key of the identity table, e.g. find_customer_by_email). Every call naming a row that belongs to a row of
-    that table (following owning foreign keys: a customer's orders and their items) must come after a
-    successful call of it that returned that row; minted chains start with it. Null: no identification."""
+    identify: Identifier | tuple[Identifier, ...] | None = None
+    """The read tool that verifies who the customer is (row-shaped, its required parameters anchored to natural
+    keys of the identity table, e.g. find_customer_by_email), or several, any of which identifies them (by email,
+    or by name and zip code: find_customer_by_name_zip with two parameters). Every call naming a row that belongs
+    to a row of that table (following owning foreign keys: a customer's orders and their items) must come after a
+    successful call of one of them that returned that row; minted chains start with one (seeded per case). Null:
+    no identification."""
     check_before_write: bool = False
     """Whether a write is attempted only when its preconditions hold: where one does not, the agent reads the
     row, does not call the write, and explains in its own words (the precondition's ``explanation``)."""
@@ -622,7 +634,7 @@ class Procedures(StrictModel):
     @property
     def declared(self) -> bool:
         """Whether any procedure is declared."""
-        return self.identify is not None or self.check_before_write
+        return bool(self.identify) or self.check_before_write
 
 
 class World(StrictModel):

@@ -37,7 +37,7 @@ from typing import Any
 from world_format.canonical import canonical_json
 from world_format.keys import key_expression, key_from_sql, normalize_key
 from world_format.models import ConfirmedWrite, World
-from world_format.procedures import Identification, identification
+from world_format.procedures import Identification, identification, identifications
 from world_format.runtime import WorldRuntime
 from world_format.state import quote_identifier
 
@@ -58,10 +58,10 @@ Revealing = dict[str, tuple[tuple[str, frozenset[str]], ...]]
 
 def declared(world: World) -> list[str]:
     """The procedures a world declares, as words (empty: it declares none)."""
-    ident, confirmed = identification(world), sorted(tool.name for tool in world.tools if tool.confirm)
+    tools, confirmed = [i.tool for i in identifications(world)], sorted(t.name for t in world.tools if t.confirm)
     found = []
-    if ident is not None:
-        found.append(f"identify the customer with {ident.tool} before touching their rows")
+    if tools:
+        found.append(f"identify the customer with {' or '.join(tools)} before touching their rows")
     if confirmed:
         found.append(f"ask for confirmation before {', '.join(confirmed)}")
     if world.procedures.check_before_write:
@@ -97,6 +97,7 @@ class ProcedureChecker:
         self.world = world
         self.entities = entities
         self.identification = identification(world)
+        self.identifying_tools = {ident.tool for ident in identifications(world)}
         self.confirmed_tools = {tool.name for tool in world.tools if tool.confirm}
         self.revealing = revealing or {}
 
@@ -125,7 +126,8 @@ class ProcedureChecker:
 
     def _identified(self, event: Event) -> str | None:
         ident = self.identification
-        if ident is None or event.tool != ident.tool or event.error or not isinstance(event.observation, dict):
+        if ident is None or event.tool not in self.identifying_tools or event.error \
+                or not isinstance(event.observation, dict):
             return None
         table = self.world.state.table(ident.table)
         assert table is not None
@@ -183,7 +185,7 @@ class ProcedureChecker:
         return found
 
     def _ownership(self, event: Event, identified: set[str]) -> list[tuple[str, str]]:
-        if self.identification is None or event.tool == self.identification.tool:
+        if self.identification is None or event.tool in self.identifying_tools:
             return []
         found = []
         for table, key in self.entities.rows_named_by(event.tool, event.arguments):

@@ -92,8 +92,30 @@ def schema_statements(state: State) -> list[tuple[str, str]]:
     return statements
 
 
+def load_order(tables: Sequence[Table]) -> list[Table]:
+    """The tables in dependency order: each after the tables it references, else in declaration order.
+
+    A stable topological sort: among the tables whose parents are all loaded, the first declared goes next, so a
+    declaration already in dependency order loads as declared. Tables on a cycle of references (and
+    self-references) load in declaration order once nothing else can; the foreign-key check after loading
+    judges them.
+    """
+    names = {table.name for table in tables}
+    parents = {table.name: {c.references.split(".")[0] for c in table.columns if c.references} & names - {table.name}
+               for table in tables}
+    ordered: list[Table] = []
+    left = list(tables)
+    while left:
+        done = {table.name for table in ordered}
+        ready = next((table for table in left if parents[table.name] <= done), left[0])
+        ordered.append(ready)
+        left.remove(ready)
+    return ordered
+
+
 def build_seed(state: State, source: str) -> bytes:
-    """Create the seed database from inline rows; return it serialized."""
+    """Create the seed database from inline rows, loaded in dependency order (:func:`load_order`); return it
+    serialized. WorldFormatError naming the row for a row SQLite refuses or a reference to a missing row."""
     assert state.rows is not None
     conn = sqlite3.connect(":memory:", isolation_level=None)
     try:
@@ -107,8 +129,9 @@ def build_seed(state: State, source: str) -> bytes:
         unknown = sorted(set(state.rows) - {table.name for table in state.tables})
         if unknown:
             raise WorldFormatError(f"{source}: /state/rows/{unknown[0]}: rows given for an undeclared table")
-        for table in state.tables:
-            _insert_rows(conn, table, state.rows.get(table.name, []), source)
+        conn.execute("PRAGMA defer_foreign_keys=ON")  # a cycle (or a row naming a later row) is checked below
+        positions = {table.name: _insert_rows(conn, table, state.rows.get(table.name, []), source)
+                     for table in load_order(state.tables)}
         for view in state.views:
             _run_declared(conn, view.sql, f"{source}: /state/views/{view.name}")
         for trigger in state.triggers:
@@ -117,7 +140,8 @@ def build_seed(state: State, source: str) -> bytes:
         violations = conn.execute("PRAGMA foreign_key_check").fetchall()
         if violations:
             table_name, rowid, parent, _ = violations[0]
-            raise WorldFormatError(f"{source}: /state/rows/{table_name}: row {rowid} references a missing {parent}")
+            raise WorldFormatError(f"{source}: /state/rows/{table_name}/{positions[table_name][rowid]}: references "
+                                   f"a missing {parent} row")
         conn.execute("COMMIT")
         conn.execute("VACUUM")
         return conn.serialize()
@@ -132,7 +156,9 @@ def _run_declared(conn: sqlite3.Connection, sql: str, where: str) -> None:
         raise WorldFormatError(f"{where}: {exc}") from None
 
 
-def _insert_rows(conn: sqlite3.Connection, table: Table, rows: Sequence[Sequence[Any]], source: str) -> None:
+def _insert_rows(conn: sqlite3.Connection, table: Table, rows: Sequence[Sequence[Any]], source: str) -> dict[int, int]:
+    """Insert the rows; return each row's rowid to its position in ``rows`` (for errors found after loading)."""
+    positions: dict[int, int] = {}
     width = len(table.columns)
     placeholders = ", ".join("?" for _ in table.columns)
     statement = f"INSERT INTO {quote_identifier(table.name)} VALUES ({placeholders})"
@@ -141,9 +167,12 @@ def _insert_rows(conn: sqlite3.Connection, table: Table, rows: Sequence[Sequence
         if len(row) != width:
             raise WorldFormatError(f"{where}: expected {width} values (one per column), got {len(row)}")
         try:
-            conn.execute(statement, [_storable(value, where) for value in row])
+            rowid = conn.execute(statement, [_storable(value, where) for value in row]).lastrowid
         except sqlite3.Error as exc:
             raise WorldFormatError(f"{where}: {exc}") from None
+        if rowid is not None:
+            positions[rowid] = index
+    return positions
 
 
 def _storable(value: Any, where: str) -> Any:

@@ -123,6 +123,11 @@ def _check_tool(runtime: WorldRuntime, tool: Tool, where: str) -> None:
     properties = _check_parameters(tool, where)
     if tool.confirm and tool.effect != "write":
         raise WorldFormatError(f"{where}/confirm: only a write tool asks the customer to confirm it")
+    if tool.builtin == "calculate" and (tool.parameters.get("required") != ["expression"]
+                                        or (tool.parameters.get("properties", {}).get("expression") or {}).get("type")
+                                        != "string"):
+        raise WorldFormatError(f"{where}/parameters: the calculate builtin takes exactly one required string "
+                               "parameter, expression")
     if tool.effect == "none":  # a pure tool runs no SQL: its arguments are only validated and recorded (its
         # anchors say which rows they name, for the split and the procedure checks)
         compile_tool(tool)

@@ -17,7 +17,7 @@ from typing import Any
 
 from world_format.entities import Entities, owning_reference
 from world_format.models import Anchor, ArgRef, Step, Table, Tool, World
-from world_format.procedures import Identification, identification
+from world_format.procedures import Identification, identification, identifications
 from world_format.runtime import WorldRuntime
 from world_format.state import quote_identifier
 
@@ -105,6 +105,13 @@ class Addresser:
         self.runtime = runtime
         self.seed = seed
         self.identification: Identification | None = identification(world)
+        self.identifications = identifications(world)
+
+    def _identified_by(self, salt: str) -> Identification:
+        """The identification a case's customer gives (seeded per case among the declared ones)."""
+        found = self.identifications
+        return found[random.Random(f"{self.seed}:identify:{salt}").randrange(len(found))] if len(found) > 1 \
+            else found[0]
 
     def _value(self, table: Table, key: Any, column: str) -> Any:
         where = " AND ".join(f"{quote_identifier(c)} = ?" for c in table.key_columns)
@@ -114,10 +121,16 @@ class Addresser:
                                f"WHERE {where}", params).fetchone()
         return None if row is None else row[0]
 
-    def _intro(self, table: Table, salt: str, column: str, value: Any) -> str:
-        declared = next(c for c in table.columns if c.name == column)
+    def _intro(self, table: Table, salt: str, values: dict[str, Any]) -> str:
+        """The customer's opening, giving the natural keys they identify by (one value, or "My name is Ana Lee and
+        my zip code is 94110." for several)."""
+        words = {c.name: c.words for c in table.columns}
+        if len(values) > 1:
+            given = " and ".join(f"my {words[column]} is {value}" for column, value in values.items())
+            return given[0].upper() + given[1:] + ". "
+        [(column, value)] = values.items()
         text = INTROS[random.Random(f"{self.seed}:intro:{salt}").randrange(len(INTROS))]
-        return text.format(value=value, column=declared.words) + " "
+        return text.format(value=value, column=words[column]) + " "
 
     def _owned_table(self, name: str) -> bool:
         """Whether the rows of table ``name`` belong to a customer (its owning references lead to the identity
@@ -149,12 +162,14 @@ class Addresser:
             if root_table == ident.table:
                 root = self.world.state.table(root_table)
                 assert root is not None
-                value = self._value(root, root_key, ident.column)
-                if value is None:
+                ident = self._identified_by(salt)
+                values = {column: self._value(root, root_key, column) for column in ident.columns}
+                if any(value is None for value in values.values()):
                     return None
-                steps.append(Step(tool=ident.tool, arguments={ident.param: value}))
-                intro = self._intro(root, salt, ident.column, value)
-                checks = (_check("tool_called", tool=ident.tool, arguments={ident.param: value}),)
+                arguments = ident.arguments(values)
+                steps.append(Step(tool=ident.tool, arguments=arguments))
+                intro = self._intro(root, salt, values)
+                checks = (_check("tool_called", tool=ident.tool, arguments=arguments),)
                 own = True
                 if table_name == ident.table:
                     return Address(tuple(steps), 0, "my account", "your account", intro, checks, is_customer=True)

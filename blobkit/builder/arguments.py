@@ -13,22 +13,40 @@ rule           the value
 ``choice``     one of the parameter's ``enum`` or ``examples`` values, the first that differs from the
                row's current value of a column of the same name (so the write changes something); the
                customer states it in the request
+``owned``      one of the identified customer's own rows of another table (anchored to a column of a
+               table whose owner references the identity table: pay with another of *your* payment
+               methods), the first by key that the looked-up row does not already hold; the customer
+               states it
+``children``   a list argument (``type: array``) anchored to a column of a table whose owner references
+               the anchor table: that column of the row's own child rows (the items of this order), the
+               first :data:`MAX_LISTED` by key; the customer states them
 =============  =====================================================================================
+
+The ``owned`` and ``children`` values are read from the seed by the owner column, at most a few rows per case
+(:class:`SeedRows`), never a scan per task over the whole table.
 
 A required parameter no rule can fill makes the tool unmintable, and coverage says which parameter.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from world_format.entities import owning_reference
 from world_format.models import Tool, World
 from world_format.procedures import identification
 
 from .addressing import threaded
 
 Rule = tuple[str, Any]
-"""("row", column), ("customer", column) or ("choice", [values])."""
+"""("row", column), ("customer", column), ("choice", [values]), or ("owned" | "children", [table, column, owner
+column, the owner's referenced column])."""
+MAX_LISTED = 2
+"""Most child rows a minted list argument names (a return of two items of an order)."""
+SeedRows = Callable[[str, str, str, Any], list[Any]]
+"""(table, column, owner column, owner value) → that column of the table's rows whose owner column holds the value,
+in key order, at most a few (read from the starting state)."""
 
 
 def required(tool: Tool) -> list[str]:
@@ -47,6 +65,13 @@ def _rule(world: World, tool: Tool, name: str, anchor_table: str) -> Rule | None
             return ("row", column)
         if ident is not None and table == ident.table:
             return ("customer", column)
+        prop = tool.parameters.get("properties", {}).get(name, {})
+        owner = owning_reference(declared) if declared is not None else None
+        parent, _, parent_column = (owner.references or "").partition(".") if owner is not None else ("", "", "")
+        if owner is not None and isinstance(prop, dict) and prop.get("type") == "array" and parent == anchor_table:
+            return ("children", [table, column, owner.name, parent_column])
+        if owner is not None and ident is not None and parent == ident.table and prop.get("type") != "array":
+            return ("owned", [table, column, owner.name, parent_column])
     prop = tool.parameters.get("properties", {}).get(name, {})
     options = prop.get("enum") or prop.get("examples") if isinstance(prop, dict) else None
     return ("choice", list(options)) if options else None
@@ -85,20 +110,44 @@ def placeholder(tool: Tool, rules: tuple[tuple[str, Rule], ...]) -> dict[str, An
     for name, (kind, detail) in rules:
         declared = properties.get(name, {}).get("type") if isinstance(properties.get(name), dict) else None
         values[name] = detail[0] if kind == "choice" else _PLACEHOLDERS.get(str(declared), "x")
+        if kind == "children":
+            values[name] = []
     return values
 
 
+def _drawn(kind: str, detail: list[str], row: dict[str, Any], customer: dict[str, Any] | None,
+           seed_rows: SeedRows) -> Any:
+    """The value an ``owned`` or ``children`` rule draws from the seed (None: the state holds none)."""
+    table, column, owner, parent_column = detail
+    source = row if kind == "children" else (customer or {})
+    if source.get(parent_column) is None:
+        return None
+    values = seed_rows(table, column, owner, source[parent_column])
+    if kind == "children":
+        return values[:MAX_LISTED] or None
+    held = list(row.values())
+    return next((value for value in values if value not in held), None)
+
+
 def fill(rules: tuple[tuple[str, Rule], ...], row: dict[str, Any], row_step: int, customer: dict[str, Any] | None,
-         customer_step: int | None) -> tuple[dict[str, Any], dict[str, Any], tuple[tuple[str, Any], ...]] | None:
+         customer_step: int | None, seed_rows: SeedRows | None = None,
+         ) -> tuple[dict[str, Any], dict[str, Any], tuple[tuple[str, Any], ...]] | None:
     """(threaded arguments for the chain, literal arguments for the verifier, the values the customer states) for
-    one row, given the looked-up ``row`` (observation of step ``row_step``) and the identified ``customer``; None
-    when a value is missing from the state."""
+    one row, given the looked-up ``row`` (observation of step ``row_step``), the identified ``customer`` and
+    ``seed_rows`` (for ``owned`` and ``children`` rules); None when a value is missing from the state."""
     chain: dict[str, Any] = {}
     literal: dict[str, Any] = {}
     stated: list[tuple[str, Any]] = []
     for name, (kind, detail) in rules:
         step: int | None = row_step
         source = row
+        if kind in ("owned", "children"):
+            value = _drawn(kind, detail, row, customer, seed_rows) if seed_rows is not None else None
+            if value is None:
+                return None
+            chain[name] = literal[name] = value
+            stated.append((name, value))
+            continue
         if kind == "customer":
             source, step = customer or {}, customer_step
         elif kind == "choice":

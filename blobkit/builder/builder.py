@@ -23,6 +23,7 @@ from world_format.loader import load_world
 from world_format.manifest import FileTable, write_manifested_dir
 from world_format.runtime import WorldRuntime
 from world_format.validate import validate_world
+from world_format.writable import check_writable
 
 from .candidates import candidates, gate_candidates
 from .config import BuildConfig, Progress, no_progress
@@ -116,7 +117,7 @@ def execute_build(world_path: Path, config: BuildConfig = BuildConfig(), progres
         done = _execute(loaded, runtime, config, progress)
     finally:
         runtime.close()
-    record = {**build_record(done), "tool_coverage": tool_coverage(loaded.world, done)}
+    record = {**build_record(done), "tool_coverage": tool_coverage(loaded.world, done, config)}
     return BuiltKit(loaded.world.identity.id, kit_files(loaded, done), kit_meta(loaded, config, done, record), record)
 
 
@@ -124,8 +125,10 @@ def build_kit(world_path: Path, out_dir: Path, config: BuildConfig = BuildConfig
               progress: Progress = no_progress) -> dict[str, Any]:
     """Build a kit into ``out_dir``; return the build record. Nothing is written unless every stage succeeds.
 
-    The stages of :func:`execute_build`, then ``write`` (the folder, then the archive).
+    The stages of :func:`execute_build`, then ``write`` (the folder, then the archive). OutputError before
+    any stage when ``out_dir`` cannot be written (:func:`world_format.writable.check_writable`).
     """
+    check_writable(out_dir)
     return write_kit(execute_build(world_path, config, progress), out_dir, progress)
 
 

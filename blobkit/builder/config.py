@@ -6,6 +6,8 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+MAX_TASKS_LIMIT = 256
+"""The highest task cap a build accepts (a world declares at most 64 tools, so far fewer specs exist)."""
 Progress = Callable[[str, int, int], None]
 """Called as ``progress(stage, done, total)`` while a build goes through its stages."""
 
@@ -17,8 +19,9 @@ class BuildConfig(BaseModel):
 
     seed: int = 42
     """Seed for minting, wording and the split."""
-    max_tasks: int = Field(12, ge=1, le=12)
-    """Most tasks in the kit (authored tasks first, then minted ones)."""
+    max_tasks: int = Field(12, ge=1, le=MAX_TASKS_LIMIT)
+    """Most tasks in the kit (authored tasks first, then minted ones, rotating over the templates); the build's
+    tool coverage names each tool minting could use that the cap left out."""
     train_cases_per_task: int = Field(48, ge=1)
     """Training cases per task."""
     eval_cases_per_task: int = Field(6, ge=1)

@@ -16,8 +16,9 @@ from world_format.procedures import identification
 
 from .addressing import natural_finder
 from .arguments import unfillable
+from .config import MAX_TASKS_LIMIT, BuildConfig
 from .kit_files import Executed
-from .mint_specs import _required, discover_specs, key_params
+from .mint_specs import TaskSpec, _required, discover_specs, key_params, select_specs
 
 
 def _keyed_tables(world: World, tool: Tool) -> list[str]:
@@ -50,7 +51,36 @@ def _served_by(world: World, tool: Tool) -> str | None:
     return None
 
 
-def _why_not_minted(world: World, tool: Tool, minted_tools: set[str]) -> str:
+class TaskCap:
+    """Which minted tasks the build's task cap (``max_tasks``) left out, in the order selection takes them."""
+
+    def __init__(self, world: World, config: BuildConfig) -> None:
+        self.world, self.config = world, config
+        self.authored = len(world.tasks)
+        self.order = select_specs(world, MAX_TASKS_LIMIT, config.seed)
+        """Every spec, in the order :func:`select_specs` picks them (the kit holds the first few)."""
+
+    def _uses(self, spec: TaskSpec) -> set[str]:
+        """The tools a case of ``spec`` may call: its roles and the finds that reach its anchor table's rows."""
+        return ({name for role, name in spec.tools if not role.endswith("_param") and isinstance(name, str)}
+                | {finder.name for finder in _address_finders(self.world, spec.anchor)})
+
+    def reason(self, tool: str) -> str:
+        """Why no selected task uses ``tool``, which minting can use: the cap it needs raised to, or the seed."""
+        places = [i for i, spec in enumerate(self.order) if tool in self._uses(spec)]
+        if not places:  # selected tasks reach its table, but by key or by the identification
+            return "minting can use it, but no task the build selected does; try another --seed"
+        tasks = [f"{self.authored + i + 1} ({self.order[i].template} on {self.order[i].anchor})" for i in places]
+        if self.authored + places[0] + 1 <= self.config.max_tasks:
+            return ("minting selected a task that calls it, but none of its cases was admitted (the rejected tasks "
+                    "say why)")
+        needed = self.authored + places[-1] + 1
+        listed = ("tasks " if len(tasks) > 1 else "task ") + ", ".join(tasks)
+        return (f"the task cap cut it: the tasks that would call it are {listed}, past --max-tasks "
+                f"{self.config.max_tasks}; raise --max-tasks to {needed} to select them all")
+
+
+def _why_not_minted(world: World, tool: Tool, minted_tools: set[str], cap: TaskCap) -> str:
     """Why minting makes no case with ``tool`` (the first rule it fails, as discovery applies them)."""
     if tool.effect == "none":
         return "a pure tool: minting never calls one, and no authored task does"
@@ -59,7 +89,7 @@ def _why_not_minted(world: World, tool: Tool, minted_tools: set[str]) -> str:
         return (f"minted chains reach the row with {served}, whose observation already holds what this tool "
                 "returns, so they do not call it")
     if tool.name in minted_tools:
-        return "minting can use it, but no task the build selected does (at most 12 tasks; try another --seed)"
+        return cap.reason(tool.name)
     if not tool.anchors:
         return "declares no anchors, so minting cannot tell which row its parameters name"
     tables = _keyed_tables(world, tool)
@@ -91,9 +121,9 @@ def _why_not_minted(world: World, tool: Tool, minted_tools: set[str]) -> str:
     return f"no read tool returns a {tables[0]} row by its key (minting looks the row up before writing)"
 
 
-def tool_coverage(world: World, done: Executed) -> dict[str, dict[str, Any]]:
+def tool_coverage(world: World, done: Executed, config: BuildConfig) -> dict[str, dict[str, Any]]:
     """Per declared tool: ``cases`` (admitted cases whose reference chain calls it), ``rows`` (training rows with a
-    call of it) and, when no case calls it, ``reason``."""
+    call of it) and, when no case calls it, ``reason`` (naming the cap, when the build's ``max_tasks`` cut it)."""
     cases = Counter(tool for case in done.train + done.held_out
                     for tool in {step.tool for step in case.instance.task.reference})
     rows = Counter(name for row in done.rows
@@ -108,7 +138,7 @@ def tool_coverage(world: World, done: Executed) -> dict[str, dict[str, Any]]:
     for tool in world.tools:
         entry: dict[str, Any] = {"cases": cases[tool.name], "rows": rows[tool.name]}
         if not cases[tool.name]:
-            entry["reason"] = _why_not_minted(world, tool, minted_tools)
+            entry["reason"] = _why_not_minted(world, tool, minted_tools, TaskCap(world, config))
         coverage[tool.name] = entry
     return coverage
 

@@ -178,19 +178,25 @@ def max_similarity(train: Iterable[str], held_out: Iterable[str]) -> float:
     return round(best, 4)
 
 
+def case_entities(cases: list[Case]) -> int:
+    """The independent entities ``cases`` rest on: distinct entities of their anchor rows (``Instance.entity``, the
+    ``entity`` each kit case records and evaluation counts). The one definition of an entity count."""
+    return len({case.instance.entity for case in cases})
+
+
 def leakage_report(runtime: WorldRuntime, sides: Sides, train: list[Case], held_out: list[Case],
                    rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Shared entities and anchors (must be 0), held-out identifiers in training rows (must be 0), and the most
     similar instruction pair."""
     touched_train = {(t, canonical_json(k)) for case in train for t, k in case.instance.anchors_touched}
     touched_eval = {(t, canonical_json(k)) for case in held_out for t, k in case.instance.anchors_touched}
-    entities_train = {sides.entity(t, k) for case in train for t, k in case.instance.anchors_touched}
-    entities_eval = {sides.entity(t, k) for case in held_out for t, k in case.instance.anchors_touched}
+    touched_entities_train = {sides.entity(t, k) for case in train for t, k in case.instance.anchors_touched}
+    touched_entities_eval = {sides.entity(t, k) for case in held_out for t, k in case.instance.anchors_touched}
     stated, leaks = identifier_leaks(runtime, sides, held_out, rows)
     return {
-        "shared_entities": len(entities_train & entities_eval),
-        "train_entities": len(entities_train),
-        "eval_entities": len(entities_eval),
+        "shared_entities": len(touched_entities_train & touched_entities_eval),
+        "train_entities": case_entities(train),
+        "eval_entities": case_entities(held_out),
         "shared_anchors": len(touched_train & touched_eval),
         "train_anchors": len(touched_train),
         "eval_anchors": len(touched_eval),
@@ -201,7 +207,9 @@ def leakage_report(runtime: WorldRuntime, sides: Sides, train: list[Case], held_
             leaks, key=lambda leak: (leak[0], str(leak[1])))[:5]],
         "identifier_rule": IDENTIFIER_RULE,
         "entity_rule": "a row belongs to the root row reached by following owning foreign keys (each table's "
-                       "first reference to another table)",
+                       "declared owner, or its only reference to another table); train_entities and eval_entities "
+                       "count the cases' entities (each case's anchor row's), as evaluation does; shared_entities "
+                       "the entities of every row cases on both sides touch",
         "max_instruction_similarity": max_similarity(
             (c.instance.task.instruction for c in train), (c.instance.task.instruction for c in held_out)),
         "similarity_measure": "Jaccard similarity of lowercase word sets (ids differ by construction)",

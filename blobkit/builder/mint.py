@@ -136,6 +136,8 @@ def make_task(spec: TaskSpec, key: Any, instruction: str, steps: list[Step], ans
 
 
 Builder = Callable[["Minter", TaskSpec, Any, int], "Instance | None"]
+SEED_ROWS_READ = 8
+"""Most rows :meth:`Minter.seed_rows` reads for one argument."""
 CONFIRMATION = "Yes, please go ahead."
 """The customer's reply to a minted confirmation question."""
 
@@ -210,6 +212,17 @@ class Minter:
                 event = episode.call(tool, {**missing, **placeholder(declared, spec.extras)})
             self._missing_errors[tool] = {event.observation.get("error", "")} if event.error else set()
         return self._missing_errors[tool]
+
+    def seed_rows(self, table: str, column: str, owner: str, value: Any) -> list[Any]:
+        """``column`` of the rows of ``table`` whose ``owner`` column holds ``value``, in key order, at most
+        :data:`SEED_ROWS_READ` (:data:`.arguments.SeedRows`: a customer's payment methods, an order's items)."""
+        declared = key_table(self.world, table)
+        order = ", ".join(quote_identifier(c) for c in declared.key_columns)
+        with self.runtime.guard.host() as conn:
+            found = conn.execute(f"SELECT {quote_identifier(column)} FROM {quote_identifier(table)} WHERE "
+                                 f"{quote_identifier(owner)} = ? ORDER BY {order} LIMIT {SEED_ROWS_READ}",
+                                 (value,)).fetchall()
+        return [row[0] for row in found if row[0] is not None]
 
     def keys(self, table: str) -> tuple[Any, ...]:
         """All primary keys of an anchor table, in a seeded order.

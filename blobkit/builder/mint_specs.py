@@ -16,7 +16,7 @@ from typing import Any
 
 from world_format.canonical import content_id
 from world_format.models import Anchor, Table, Tool, World
-from world_format.procedures import identification
+from world_format.procedures import identifications
 
 from .arguments import fill_rules
 
@@ -107,8 +107,10 @@ def key_params(tool: Tool, table: Table) -> KeyParams | None:
     """The tool's parameters naming a row of ``table`` by its key: one name, or one per key column of a composite
     key (in key order); None when the tool cannot name such a row."""
     found = []
-    for column in table.key_columns:
-        params = _anchor_params(tool, table.name, column)
+    properties = tool.parameters.get("properties", {})
+    for column in table.key_columns:  # a list argument of such keys names several rows, not the row
+        params = [p for p in _anchor_params(tool, table.name, column)
+                  if not (isinstance(properties.get(p), dict) and properties[p].get("type") == "array")]
         if not params:
             return None
         found.append(params[0])
@@ -129,7 +131,7 @@ def _keyed_tools(world: World, anchor: Anchor, effect: str,
 def discover_specs(world: World) -> dict[str, list[TaskSpec]]:
     """Every spec each template can make from the world, grouped by template."""
     found: dict[str, list[TaskSpec]] = {template: [] for template in TEMPLATES}
-    ident = identification(world)
+    identifying = {ident.tool for ident in identifications(world)}
     for anchor in world.state.anchors:
         lookups = list(_keyed_tools(world, anchor, "read", ("row",)))
         lists = [(t, p) for t, p in _keyed_tools(world, anchor, "read", ("rows",)) if t.result_noun]
@@ -141,7 +143,7 @@ def discover_specs(world: World) -> dict[str, list[TaskSpec]]:
         for natural in anchor.natural_keys if not key_table(world, anchor.table).composite else ():
             for finder in world.tools:
                 finder_params = _anchor_params(finder, anchor.table, natural)
-                identifies = ident is not None and finder.name == ident.tool  # the identification step finds them
+                identifies = finder.name in identifying  # the identification step finds them
                 if finder.effect == "read" and finder.result.shape == "row" and finder_params and not identifies:
                     for lister, list_param in lists:
                         roles: Roles = (("find", finder.name), ("find_param", finder_params[0]), ("list", lister.name),

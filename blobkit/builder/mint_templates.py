@@ -151,8 +151,16 @@ def acting(action: str, named: str, stated: tuple[tuple[str, Any], ...] = ()) ->
     ("set the priority of {row} to {priority}")."""
     text = action.replace("{row}", named) if "{row}" in action else f"{action} {named}"
     for name, value in stated:
-        text = text.replace("{" + name + "}", str(value))
+        text = text.replace("{" + name + "}", spoken(value))
     return text
+
+
+def spoken(value: Any) -> str:
+    """A stated argument as the customer says it: a list as its items ("3 and 4"), anything else as itself."""
+    if isinstance(value, list):
+        items = [str(item) for item in value]
+        return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+    return str(value)
 
 
 def _failed_precondition(tool: Tool, error: str) -> Precondition | None:
@@ -170,7 +178,7 @@ def _write(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | None
     steps, row_step, observations = found
     identified = 0 if address.checks else None
     filled = fill(spec.extras, observations[row_step], row_step, observations[0] if identified == 0 else None,
-                  identified)
+                  identified, m.seed_rows)
     if filled is None:
         return None
     chain_extras, literal_extras, stated = filled
@@ -181,7 +189,7 @@ def _write(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | None
     if ran is None:
         return None
     action = tool.action or tool.name.replace("_", " ")
-    details = "".join(f" ({words(m.world, None, name)}: {value})" for name, value in stated
+    details = "".join(f" ({words(m.world, None, name)}: {spoken(value)})" for name, value in stated
                       if "{" + name + "}" not in action)
     instruction = m.wording(spec, variant, address, action=acting(action, address.asked, stated), details=details)
     base = _access_checks(m, spec, key, address, steps, "lookup", then=None if refused else tool.name)
@@ -197,7 +205,8 @@ def _write(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | None
         turns = (_confirmation(m, tool, resolve_arguments(write, observations[:-1]), len(steps), address, action,
                                stated),)
     verified, unchanged = state_checks(m.world, changes)
-    checks = base + [check("tool_called", tool=tool.name, arguments=written)] + verified + [unchanged]
+    listed = {"list_match": "multiset"} if any(isinstance(v, list) for v in written.values()) else {}
+    checks = base + [check("tool_called", tool=tool.name, arguments=written, **listed)] + verified + [unchanged]
     if turns:
         checks.append(check("after_turn", tool=tool.name, turn=0))
     return m.instance(spec, key, make_task(spec, key, instruction, [*steps, write], answer, checks, turns))

@@ -12,7 +12,7 @@ from . import company, evaluate, runpod, serve, tinker, train, worker, world
 from . import mcp as mcp_cli
 from . import serve_model as serve_model_cli
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Turn a company's world into a verified training kit, and train small models on it.")
 world.register(app)
 evaluate.register(app)
@@ -41,7 +41,7 @@ def _click_exceptions() -> tuple[type[Exception], ...]:
 
 
 def main() -> None:
-    """Entry point: run the app, turning library errors into one line and exit code 2.
+    """Entry point: run the app, turning library errors (and the system's own OSError) into one line, exit code 2.
 
     Commands that finish with a verdict (not trainable, a failed job, a failed verification or
     replay) return their exit code; it is passed on to the shell.
@@ -59,4 +59,7 @@ def main() -> None:
     except _click_exceptions() as exc:
         exc.show()  # type: ignore[attr-defined]
         sys.exit(getattr(exc, "exit_code", 2))
+    except OSError as exc:  # a write the library could not check beforehand (a disk filling up mid-run)
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)

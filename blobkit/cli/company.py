@@ -87,8 +87,8 @@ def _run_and_report(store: Any, job_id: str, as_json: bool) -> None:
 
 BUILD_OPTIONS = ("seed", "max_tasks", "train_cases_per_task", "eval_cases_per_task", "eval_percent", "scan_limit")
 """BuildConfig fields that are options of ``company inspect`` and ``company train`` (``--seed`` also seeds training)."""
-TRAINING_OPTIONS = ("full", "lora_rank", "learning_rate", "weight_decay", "max_length", "max_turns", "max_new_tokens",
-                    "eval_limit")
+TRAINING_OPTIONS = ("full", "lora_rank", "learning_rate", "weight_decay", "max_length", "max_turns", "short_episodes",
+                    "max_new_tokens", "eval_limit")
 """TrainConfig fields both stages use: one unprefixed flag sets the SFT and the RL value."""
 SFT_OPTIONS = ("epochs", "batch_size", "lr_scheduler", "warmup_ratio", "packing", "group_by_length",
                "grounding_repeats", "answer_quote_repeats")
@@ -414,14 +414,23 @@ def cancel(job_id: str = typer.Argument(..., help="Job id (see jobs list)."),
 @jobs_app.command()
 def resume(job_id: str = typer.Argument(..., help="Job id (see jobs list)."),
            job_store: Path = typer.Option(..., "--job-store", help=STORE_HELP),
+           max_minutes: float | None = typer.Option(None, "--max-minutes", min=0, help="Raise the job's active-minutes "
+                                                    "budget to this (a job a budget stopped continues)."),
+           max_model_calls: int | None = typer.Option(None, "--max-model-calls", min=1, help="Raise the job's "
+                                                      "model-call budget to this."),
            as_json: bool = typer.Option(False, "--json", help="Print the job record as JSON.")) -> None:
     """Run a queued job, or continue a failed, cancelled or killed one from its last completed stage.
+
+    --max-minutes and --max-model-calls raise the job's budgets first (recorded in the job's budgets.raised), so a
+    job that ran out of one continues.
 
     Example: blobkit jobs resume job-0123456789ab --job-store ./company-jobs
     """
     from blobkit.company import JobStore
 
     with JobStore(job_store, create=False) as store:
+        if max_minutes is not None or max_model_calls is not None:
+            store.raise_budgets(job_id, max_minutes, max_model_calls)
         _run_and_report(store, job_id, as_json)
 
 

@@ -60,6 +60,10 @@ def evaluate(kit: Path = typer.Option(..., "--kit", help="Kit directory or archi
              allow_partial: bool = typer.Option(False, "--allow-partial",
                                                 help="Accept a file that does not cover every held-out case."),
              max_turns: int | None = typer.Option(None, "--max-turns", help="Read at most this many assistant turns."),
+             decoding: str | None = typer.Option(None, "--decoding", help="With --model: free or constrained tool "
+                                                 "calls (default: the export's own)."),
+             show: int = typer.Option(10, "--show", min=0, help="Print at most N failing cases (0: none; --json "
+                                      "always has every case)."),
              as_json: bool = typer.Option(False, "--json", help="Print {summary, cases} as JSON.")) -> None:
     """Score recorded agent conversations: re-execute their tool calls on the kit's world and let VCode judge.
 
@@ -74,7 +78,7 @@ def evaluate(kit: Path = typer.Option(..., "--kit", help="Kit directory or archi
 
     With --model, the export's own greedy episodes on the held-out cases are scored the same way.
 
-    Example: blobkit eval --kit KIT --trajectories agent.jsonl --json
+    Example: blobkit eval --kit KIT --trajectories agent.jsonl --show 5
     """
     from blobkit.errors import ConfigError
     from trainers.trajectories import read_trajectories, score_trajectories
@@ -86,7 +90,7 @@ def evaluate(kit: Path = typer.Option(..., "--kit", help="Kit directory or archi
         if model is not None:
             from trainers.replay import score_export
 
-            scored = score_export(model, opened, limit=limit)
+            scored = score_export(model, opened, limit=limit, decoding=decoding)
         else:
             assert trajectories is not None
             scored = score_trajectories(opened, read_trajectories(trajectories), str(trajectories), max_turns)
@@ -98,9 +102,11 @@ def evaluate(kit: Path = typer.Option(..., "--kit", help="Kit directory or archi
     else:
         typer.echo(f"pass rate {rate_text(score.model_dump())}")
         typer.echo(f"  {score.summary()}")
-        for result in ordered:
-            if not result.passed:
-                typer.echo(f"  {result.case_id}: {result.verdict.outcome} {json.dumps(result.verdict.reason)[:160]}")
+        failing = [result for result in ordered if not result.passed]
+        for result in failing[:show]:
+            typer.echo(f"  {result.case_id}: {result.verdict.outcome} {json.dumps(result.verdict.reason)[:160]}")
+        if len(failing) > show:
+            typer.echo(f"  … and {len(failing) - show} more failing cases (--show N prints more, --json all)")
     if score.partial and not allow_partial:
         typer.echo("error: the file does not cover every held-out case, so its pass rate is no claim about the "
                    "held-out set; score every held-out case, or pass --allow-partial", err=True)

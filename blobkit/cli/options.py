@@ -23,7 +23,8 @@ from pydantic.fields import FieldInfo
 FLAG_NAMES: dict[str, tuple[str, ...]] = {"kit": ("--world", "--kit"), "learning_rate": ("--lr", "--learning-rate"),
                                           "train_cases_per_task": ("--train-cases",),
                                           "eval_cases_per_task": ("--eval-cases",), "num_layers": ("--layers",),
-                                          "num_heads": ("--heads",)}
+                                          "num_heads": ("--heads",),
+                                          "gpu_count": ("--gpus", "--gpu-count")}
 """Fields whose flags are not simply ``--field-name`` (the seed product spells these ``--world`` and ``--lr``)."""
 
 
@@ -56,28 +57,49 @@ def _flags(name: str, annotation: Any, prefix: str = "", spelled: tuple[str, ...
     return spelled
 
 
+def _nested(annotation: Any) -> type[BaseModel] | None:
+    """The settings model of a nested section (``TrainConfig.runpod``), else None."""
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+
+
+def _leaves(model: type[BaseModel], chosen: Iterable[str]) -> list[tuple[str, str | None, FieldInfo, Any]]:
+    """(field, sub-field or None, its FieldInfo, its annotation) for each option: a nested section's fields are
+    options of their own, spelled as if they were the model's (``runpod.gpu_type`` is ``--gpu-type``)."""
+    hints = typing.get_type_hints(model)
+    leaves: list[tuple[str, str | None, FieldInfo, Any]] = []
+    for name in chosen:
+        section = _nested(hints[name])
+        if section is None:
+            leaves.append((name, None, model.model_fields[name], hints[name]))
+            continue
+        sub_hints = typing.get_type_hints(section)
+        leaves += [(name, sub, info, sub_hints[sub]) for sub, info in section.model_fields.items()]
+    return leaves
+
+
 def model_options(model: type[BaseModel], *, only: Iterable[str] | None = None,
                   skip: Iterable[str] = (), defaults: Mapping[str, Any] | None = None, prefix: str = "",
                   flags: Mapping[str, tuple[str, ...]] | None = None,
                   helps: Mapping[str, str] | None = None) -> list[inspect.Parameter]:
     """One keyword option per field of ``model`` (``only`` those, less ``skip``), each defaulting to None.
 
+    A field holding a settings model (a nested section, such as ``TrainConfig.runpod``) gives one option per
+    field of that section, named ``<section>_<field>`` and spelled like a field of ``model`` (``--gpu-type``).
     ``defaults`` replaces the default shown in the help (a command that applies a preset shows its values).
     ``prefix`` goes in front of each parameter name and flag (``sft_`` makes ``epochs`` the parameter
     ``sft_epochs`` and the flag ``--sft-epochs``), so one model can give options twice; ``flags`` spells a
     field's flags outright and ``helps`` replaces a field's help (both by field name).
     """
-    hints = typing.get_type_hints(model)
-    chosen = list(only) if only is not None else list(model.model_fields)
+    chosen = [name for name in (list(only) if only is not None else list(model.model_fields)) if name not in set(skip)]
     shown = {**{name: info.default for name, info in model.model_fields.items()}, **(defaults or {})}
     parameters = []
-    for name in chosen:
-        if name in set(skip):
-            continue
-        info, annotation = model.model_fields[name], hints[name]
-        option = typer.Option(None, *_flags(name, annotation, prefix, (flags or {}).get(name)),
-                              help=(helps or {}).get(name, _help(info)), show_default=_shown(shown[name]))
-        parameters.append(inspect.Parameter(prefix + name, inspect.Parameter.KEYWORD_ONLY, default=option,
+    for name, sub, info, annotation in _leaves(model, chosen):
+        key = name if sub is None else sub
+        default = shown[name] if sub is None else info.default
+        option = typer.Option(None, *_flags(key, annotation, prefix, (flags or {}).get(key)),
+                              help=(helps or {}).get(key, _help(info)), show_default=_shown(default))
+        parameter = prefix + (name if sub is None else f"{name}_{sub}")
+        parameters.append(inspect.Parameter(parameter, inspect.Parameter.KEYWORD_ONLY, default=option,
                                             annotation=_optional(annotation)))
     return parameters
 
@@ -86,10 +108,27 @@ def given(values: Mapping[str, Any], model: type[BaseModel], *, only: Iterable[s
           prefix: str = "") -> dict[str, Any]:
     """The options of ``model`` (``only`` those; named with ``prefix``) given on the command line (not left at None).
 
-    Returns field values by field name.
+    Returns field values by field name; a nested section's given options as a dict under the section's name.
     """
-    names = list(model.model_fields if only is None else only)
-    return {name: values[prefix + name] for name in names if values.get(prefix + name) is not None}
+    found: dict[str, Any] = {}
+    for name, sub, _, _ in _leaves(model, list(model.model_fields if only is None else only)):
+        value = values.get(prefix + (name if sub is None else f"{name}_{sub}"))
+        if value is None:
+            continue
+        if sub is None:
+            found[name] = value
+        else:
+            found.setdefault(name, {})[sub] = value
+    return found
+
+
+def layered(values: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with ``update`` on top; a nested section (a dict in both) is layered field by field."""
+    merged = dict(values)
+    for name, value in update.items():
+        below = merged.get(name)
+        merged[name] = {**below, **value} if isinstance(below, dict) and isinstance(value, dict) else value
+    return merged
 
 
 def with_parameters(function: Callable[..., Any], parameters: list[inspect.Parameter]) -> Callable[..., Any]:

@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TextIO
 
 import typer
@@ -82,3 +83,57 @@ def progress(enabled: bool) -> Iterator[ProgressFn]:
     else:
         with _rich_bar() as update:
             yield update
+
+
+@contextmanager
+def third_party_output(log: Path, verbose: bool) -> Iterator[None]:
+    """Unless ``verbose``: the Hugging Face libraries' progress bars off (hub, transformers, datasets), and Python
+    warnings and transformers' log records appended to ``log`` (created when the first arrives) instead of the
+    terminal. Everything is restored afterwards. blobkit's own progress (the loss bar, stage lines) is untouched."""
+    if verbose:
+        yield
+        return
+    import logging
+    import warnings
+
+    import datasets
+    import huggingface_hub.utils as hub
+    from transformers.utils import logging as hf_logging
+
+    def append(text: str) -> None:
+        try:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with log.open("a", encoding="utf-8") as handle:
+                handle.write(text)
+        except OSError:  # the log cannot be written (the preflight says why): the terminal gets it instead
+            sys.stderr.write(text)
+
+    def write(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
+              line: str | None = None) -> None:
+        append(warnings.formatwarning(message, category, filename, lineno, line))
+
+    class _LazyFile(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            append(self.format(record) + "\n")
+
+    bars = (hub.are_progress_bars_disabled(), hf_logging.is_progress_bar_enabled(),
+            datasets.is_progress_bar_enabled())
+    hub.disable_progress_bars()
+    hf_logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+    handler = _LazyFile()
+    hf_logging.disable_default_handler()
+    hf_logging.add_handler(handler)
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = write
+            yield
+    finally:
+        hf_logging.remove_handler(handler)
+        hf_logging.enable_default_handler()
+        if not bars[0]:
+            hub.enable_progress_bars()
+        if bars[1]:
+            hf_logging.enable_progress_bar()
+        if bars[2]:
+            datasets.enable_progress_bars()

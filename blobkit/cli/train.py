@@ -20,10 +20,12 @@ from pydantic import ValidationError
 from blobkit.errors import ConfigError, TargetUnavailableError
 from trainers.config import PRESETS, TrainConfig, read_json_object
 from trainers.intervals import rate_text
+from trainers.paired import PairedComparison
+from trainers.pass_k import PassK
 from trainers.tiny_model import TinyModelConfig
 
-from .options import given, model_options, with_parameters
-from .output import echo_json, to_stderr
+from .options import given, layered, model_options, with_parameters
+from .output import echo_json, third_party_output, to_stderr
 
 
 def models(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
@@ -47,7 +49,7 @@ def tiny_model(kit: Path = typer.Option(..., "--kit", help="Kit whose text train
                out: Path = typer.Option(..., "--out", help="Directory for the model."), **options: Any) -> None:
     """Build a tiny Qwen2-architecture model with random weights for offline tests and the demo.
 
-    Example: blobkit tiny-model --kit out/demo/kit/timberline-retail-train-kit --out out/demo/tiny
+    Example: blobkit tiny-model --kit KIT --out out/tiny
     """
     from trainers.tiny_model import build_tiny_model, row_texts
     from world_format.kit import open_kit
@@ -66,9 +68,9 @@ def resolve_config(preset: str | None, config_file: Path | None, flags: dict[str
             raise ConfigError(f"unknown --preset {preset!r}; presets: {', '.join(sorted(PRESETS))}")
         values.update(PRESETS[preset])
     if config_file is not None:
-        values.update(read_json_object(config_file, "the config",
-                                       "a config file is one JSON object of TrainConfig fields"))
-    values.update(given(flags, TrainConfig))
+        values = layered(values, read_json_object(config_file, "the config",
+                                                  "a config file is one JSON object of TrainConfig fields"))
+    values = layered(values, given(flags, TrainConfig))
     try:
         return TrainConfig.model_validate(values)
     except ValidationError as exc:
@@ -92,6 +94,11 @@ def _rows(config: TrainConfig, kit: Any) -> tuple[list[dict[str, Any]], Path]:
 def _summary_line(result: dict[str, Any], out: Path) -> str:
     rates = " -> ".join(f"{name} {rate_text(result[name])}" for name in ("base", "sft", "rl") if name in result)
     stopped = f"; stopped by {result['stopped_by']}" if result.get("stopped_by") else ""
+    compared = [result.get("sft_vs_base")] + [result[key].get("paired") for key in result
+                                              if key.startswith("rl_minus_") and isinstance(result[key], dict)]
+    rates += "".join(f"; {PairedComparison.model_validate(record).text()}" for record in compared if record)
+    rates += "".join(f"; {name} {PassK.model_validate(result[name]['pass_hat_k']).text()}"
+                     for name in ("sft", "rl") if "pass_hat_k" in result.get(name, {}))
     return (f"held-out pass rates {rates}; {result['optimizer_updates']} optimizer updates{stopped}; "
             f"export in {out / 'export'}")
 
@@ -104,6 +111,12 @@ def _plan_line(record: dict[str, Any], out: Path, refusal: str | None) -> str:
         memory = record["unified_memory"]
         extras.append(f"about {memory['estimate_gb']:g} GB of unified memory (a Mac with "
                       f"{memory['mac_memory_gb']} GB or more)")
+    limit = record.get("episode_limit")
+    if limit:
+        how = (f"derived: the longest case needs {limit['longest_case_turns']}, plus {limit['slack']}"
+               if limit["derived"] else f"set; {limit['cases_over_limit']} case(s) need more" if
+               limit["cases_over_limit"] else "set")
+        extras.append(f"episodes of at most {limit['max_turns']} assistant turns ({how})")
     head = (f"plan written to {out / 'plan.json'}: {record['rows']} rows, "
             f"{record['estimated_optimizer_steps']} optimizer steps" + "".join(f", {e}" for e in extras)
             + (f"; cannot run as configured: {refusal}" if refusal else ""))
@@ -134,18 +147,28 @@ def _base_lines(record: dict[str, Any]) -> list[str]:
     return lines
 
 
+INTERRUPT_NOTICE = ("interrupted: stopping at the next step boundary, then exporting and evaluating what was "
+                    "trained (again to stop at once)")
+
+
 def train(config_file: Path | None = typer.Option(None, "--config", help="A JSON file of TrainConfig fields (what "
                                                                           "plan.json records under config)."),
           preset: str | None = typer.Option(None, "--preset", help=f"Start from a named recipe: "
                                                                    f"{', '.join(sorted(PRESETS))}."),
           as_json: bool = typer.Option(False, "--json", help="Print the plan or the result as JSON."),
+          verbose: bool = typer.Option(False, "--verbose", help="Show the Hugging Face libraries' progress bars and "
+                                       "warnings (by default the warnings go to OUT/train.log)."),
           **options: Any) -> None:
     """Train a model on a kit (SFT or GRPO; local-torch, local-mlx or runpod), evaluate on held-out cases, export.
 
     Example: blobkit train --world KIT --base out/tiny --method sft --target local-torch --preset tiny --out out/run
+
+    SIGINT or SIGTERM stops training at the next step boundary; what was trained is exported and evaluated,
+    eval.json records stopped_by: interrupt, and the exit code is 130.
     """
     from trainers.plan import plan
     from trainers.run import run_training
+    from world_format.interrupts import deferred_interrupts
     from world_format.kit import open_kit
 
     config = resolve_config(preset, config_file, options)
@@ -154,27 +177,31 @@ def train(config_file: Path | None = typer.Option(None, "--config", help="A JSON
     refusal = config.unsupported()
     if refusal and not config.dry_run:
         raise TargetUnavailableError(refusal)
-    if config.target == "runpod" and not config.dry_run:
+    if not config.dry_run:
         import os
 
-        from trainers.runpod import gate_spend
+        from trainers.targets.registry import target_for
 
-        gate_spend(config, os.environ)  # a refusal writes nothing, not even plan.json
-    with open_kit(config.kit) as opened:
+        target_for(config.target).gate(config, os.environ)  # a refusal writes nothing, not even plan.json
+    with deferred_interrupts(to_stderr, INTERRUPT_NOTICE) as interrupts, \
+            third_party_output(config.out / "train.log", verbose), open_kit(config.kit) as opened:
         rows, data_path = _rows(config, opened)
         record = plan(config, opened, rows, data_path)
         if config.dry_run:
             result: dict[str, Any] = record
         else:
+            interrupts.check("planning", written="only plan.json was written")
             # TRL and transformers print progress dicts on stdout; keep stdout for the result alone
             with contextlib.redirect_stdout(sys.stderr):
-                result = run_training(config, opened, rows, record, to_stderr)
+                result = run_training(config, opened, rows, record, to_stderr, stop=interrupts.reason)
     if as_json:
         echo_json(result)
     elif config.dry_run:
         typer.echo(_plan_line(record, config.out, refusal))
     else:
         typer.echo(_summary_line(result, config.out))
+    if interrupts.received:
+        raise typer.Exit(130)  # everything was written; the exit code says the run did not go as far as asked
 
 
 def replay(model: Path = typer.Option(..., "--model", help="An export directory."),
@@ -184,24 +211,27 @@ def replay(model: Path = typer.Option(..., "--model", help="An export directory.
            harness: str | None = typer.Option(None, "--harness", help="Replay inside an agent harness instead of "
                                                                      "blobkit's loop: codex (the Codex CLI on PATH, "
                                                                      "shadow mode)."),
+           decoding: str | None = typer.Option(None, "--decoding", help="free or constrained tool calls (default: "
+                                               "the export's own)."),
            as_json: bool = typer.Option(False, "--json", help="Print the episode as JSON.")) -> None:
     """Load an exported model fresh and replay one held-out workflow; exit 1 when its verifier fails it.
 
     Example: blobkit replay --model out/run/export --kit KIT --json
     """
-    from trainers.replay import replay_case, replay_record
+    from trainers.replay import replay_case, replay_record, trained_decoding
     from world_format.kit import open_kit
 
+    used = decoding or trained_decoding(model)
     with open_kit(kit) as opened:
         if harness is not None:
             from blobkit.harness.cli import harness_replay
 
             result, manifest = harness_replay(harness, model, opened, case)
         else:
-            result, manifest = replay_case(model, opened, case, max_turns=max_turns)
+            result, manifest = replay_case(model, opened, case, max_turns=max_turns, decoding=used)
         prompt = next(c for c in opened.cases("eval") if c.case_id == result.case_id).task.instruction
     if as_json:
-        echo_json(replay_record(result, manifest))
+        echo_json(replay_record(result, manifest, used))
     else:
         typer.echo(f"case {result.case_id} ({result.template}): {prompt}")
         for event in result.trace:

@@ -10,14 +10,14 @@ import typer
 from blobkit.builder import BuildConfig
 
 from .options import given, model_options, with_parameters
-from .output import echo_json, progress, show_progress
+from .output import STAGE_LABELS, echo_json, progress, show_progress, to_stderr
 
 
 def info(path: Path = typer.Argument(..., help="A world directory, a world.json, a kit directory or a kit archive."),
          as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
     """Describe and verify a world or a kit.
 
-    Example: blobkit info examples/retail_desk --json
+    Example: blobkit info examples/retail_desk/world.json --json
     """
     from blobkit.describe import describe
 
@@ -48,13 +48,24 @@ def build(world: Path = typer.Option(..., "--world", help="World directory or wo
           **options: Any) -> None:
     """Build a verified, byte-reproducible training kit from a world.
 
-    Example: blobkit build --world examples/retail_desk --out build/ --json
+    Example: blobkit build --world examples/retail_desk/world.json --out build/ --json
     """
     from blobkit.builder import build_kit
+    from world_format.interrupts import deferred_interrupts
 
     config = BuildConfig(**given(options, BuildConfig))
-    with progress(show_progress(as_json)) as update:
-        record = build_kit(world, out, config, update)
+    with deferred_interrupts() as interrupts, progress(show_progress(as_json)) as update:
+
+        def safe_point(stage: str, done: int, total: int) -> None:
+            # every progress call is a safe point until the kit is published (write 2/2): stopping there writes
+            # nothing, since write_manifested_dir removes its staging folder on the way out
+            if (stage, done) != ("write", total):
+                interrupts.check(f"{STAGE_LABELS.get(stage, stage)} ({done}/{total})")
+            update(stage, done, total)
+
+        record = build_kit(world, out, config, safe_point)
+    if interrupts.received:
+        to_stderr(f"interrupted ({interrupts.received}) after the kit was published: it is complete")
     if as_json:
         echo_json(record)
     else:
@@ -68,13 +79,23 @@ def verify(kit: Path = typer.Argument(..., help="Kit directory or .tar.zst archi
            as_json: bool = typer.Option(False, "--json", help="Print the report as JSON.")) -> None:
     """Re-execute every probe and SFT replay of a kit and compare with what it stores (exit 1 if it differs).
 
-    Example: blobkit verify build/northwind-retail-train-kit.tar.zst
+    A kit whose files fail their checksums (a flipped byte in the folder or the archive) also exits 1.
+
+    Example: blobkit verify build/timberline-retail-train-kit.tar.zst
     """
     from blobkit.verify import verify_kit
+    from world_format.errors import ArchiveError, ChecksumError
     from world_format.kit import open_kit
 
-    with open_kit(kit) as opened, progress(show_progress(as_json)) as update:
-        report = verify_kit(opened, update)
+    try:
+        with open_kit(kit) as opened, progress(show_progress(as_json)) as update:
+            report = verify_kit(opened, update)
+    except (ChecksumError, ArchiveError) as exc:  # the kit is not what it claims to be: a verdict, not bad input
+        if as_json:
+            echo_json({"verified": False, "mismatches": [str(exc)]})
+        else:
+            typer.echo(f"NOT verified: {exc}")
+        raise typer.Exit(1) from None
     if as_json:
         echo_json(report)
     else:

@@ -24,17 +24,17 @@ BUDGETS = ("max_minutes", "max_model_calls")
 
 def evaluations_worst_case(stage: TrainConfig, eval_cases: int) -> int:
     """Model calls of the two evaluations a training stage runs, if every episode hits the turn cap."""
-    return 2 * min(eval_cases, stage.eval_limit or eval_cases) * stage.max_turns
+    return 2 * min(eval_cases, stage.eval_limit or eval_cases) * stage.turn_cap
 
 
 def rl_step_worst_case(rl: TrainConfig) -> int:
     """Model calls of one GRPO step: every prompt's group of attempts running to the turn cap."""
-    return max(1, rl.batch_size // rl.group_size) * rl.group_size * rl.max_turns
+    return max(1, rl.batch_size // rl.group_size) * rl.group_size * rl.turn_cap
 
 
 def replay_worst_case(config: CompanyConfig) -> int:
     """Model calls of the replay: one episode of the RL export, at the RL turn cap."""
-    return config.rl.max_turns
+    return config.rl.turn_cap
 
 
 def stage_worst_case(stage: str, config: CompanyConfig, eval_cases: int) -> int:
@@ -101,8 +101,8 @@ def _eval_calls(config: TrainConfig, counted: tuple[str, str], bounded: str, rep
     key, name = counted
     path = config.out / name
     turns = (sum(int(r["turns"]) for r in json.loads(path.read_text(encoding="utf-8"))) if path.is_file()
-             else report[key]["cases"] * config.max_turns)
-    return turns + report[bounded]["cases"] * config.max_turns
+             else report[key]["cases"] * config.turn_cap)
+    return turns + report[bounded]["cases"] * config.turn_cap
 
 
 def sft_calls(report: dict[str, Any], config: TrainConfig) -> tuple[int, bool]:

@@ -57,9 +57,10 @@ budget's worst case per step stays small."""
 
 DEFAULT_MODEL_CALLS = 1188
 """The default model-call budget: the worst case of a company job on the largest held-out set a company kit can
-hold, 12 tasks (the builder's cap) x 6 cases = 72: four evaluations (base and SFT in the SFT stage, GRPO's start and
-RL in the RL stage) of 72 cases at 4 turns (1,152 calls), four GRPO steps of one prompt x 2 attempts x 4 turns (32)
-and the replay (4). Fewer held-out cases leave the rest unspent: GRPO stops at its four steps."""
+hold at the builder's default task cap, 12 tasks x 6 cases = 72 (a higher ``--max-tasks`` needs a larger
+``--max-model-calls``): four evaluations (base and SFT in the SFT stage, GRPO's start and RL in the RL
+stage) of 72 cases at 4 turns (1,152 calls), four GRPO steps of one prompt x 2 attempts x 4 turns (32) and the
+replay (4). Fewer held-out cases leave the rest unspent: GRPO stops at its four steps."""
 
 
 def preset_name(base_model: str) -> str:

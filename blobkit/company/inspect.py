@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from blobkit.builder import BuildConfig, BuiltKit, execute_build
+from blobkit.builder.config import Progress, no_progress
 from blobkit.errors import BlobkitError, KitError
 from world_format.loaded import LoadedWorld
 
@@ -88,7 +89,7 @@ def _not_trainable(report: dict[str, Any], reason: str, verdict: str) -> tuple[d
     return report, None
 
 
-def _qualify(path: Path, loaded: LoadedWorld, config: BuildConfig, report: dict[str, Any],
+def _qualify(path: Path, loaded: LoadedWorld, config: BuildConfig, report: dict[str, Any], progress: Progress,
              allow_small_held_out: bool) -> tuple[dict[str, Any], BuiltKit | None]:
     """Mint, gate, split and replay in memory; fill in admission, the held-out size and the verdict."""
     anchor_rows = report["state"]["anchor_rows"]
@@ -97,7 +98,7 @@ def _qualify(path: Path, loaded: LoadedWorld, config: BuildConfig, report: dict[
                               "case would share one state and none can be held out for evaluation; export more rows "
                               "(customers, orders, tickets…)", "one independent state")
     try:
-        built = execute_build(path, config)
+        built = execute_build(path, config, progress)
     except KitError as exc:
         return _not_trainable(report, str(exc), str(exc).split(": ", 1)[-1])
     except BlobkitError as exc:  # minting or a probe could not run on this world
@@ -122,8 +123,8 @@ def _qualify(path: Path, loaded: LoadedWorld, config: BuildConfig, report: dict[
     return report, built
 
 
-def qualify_source(path: Path, config: BuildConfig, allow_small_held_out: bool = False) \
-        -> tuple[dict[str, Any], BuiltKit | None]:
+def qualify_source(path: Path, config: BuildConfig, allow_small_held_out: bool = False,
+                   progress: Progress = no_progress) -> tuple[dict[str, Any], BuiltKit | None]:
     """(the inspection report, the kit built in memory or None when the source cannot be trained).
 
     With ``allow_small_held_out`` a kit whose only fault is a held-out set below the minimum is returned too; the
@@ -146,7 +147,7 @@ def qualify_source(path: Path, config: BuildConfig, allow_small_held_out: bool =
     except BlobkitError as exc:  # world format, checksum and size errors all mean "not a valid world"
         return _not_trainable(report, str(exc), "the source is not a valid world")
     report.update(valid=True, kind="world", **_world_facts(loaded))
-    return _qualify(path, loaded, config, report, allow_small_held_out)
+    return _qualify(path, loaded, config, report, progress, allow_small_held_out)
 
 
 def inspect_source(path: Path, config: CompanyConfig | None = None) -> dict[str, Any]:

@@ -12,6 +12,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from trainers.paired import PairedComparison
+from trainers.pass_k import PassK
+
 
 class Record(BaseModel):
     """Frozen, unknown fields refused, field docstrings as schema descriptions."""
@@ -63,6 +66,10 @@ class Rate(RateRecord):
     """Model turns whose tool call could not be parsed."""
     refusal: Refusal | None = None
     """Refusal errors."""
+    decoding: str | None = None
+    """How its tool calls were decoded: ``free`` or ``constrained`` (trainers.constrained)."""
+    pass_hat_k: PassK | None = None
+    """k sampled attempts per case (pass^k: all pass) beside this greedy pass@1, when the run asked for them."""
     measured_by: str
     """Which stage measured it, on which model."""
 
@@ -74,6 +81,8 @@ class Delta(Record):
     """The difference (later minus earlier)."""
     cases: int
     """Cases both were evaluated on."""
+    paired: PairedComparison | None = None
+    """The case-by-case comparison: discordant cases, the 95 % paired bootstrap interval, McNemar's exact p."""
 
 
 class HeldOut(Record):

@@ -16,7 +16,8 @@ SMALL_HELD_OUT = "held-out too small to mean anything"
 """How a job's check, events and results name a held-out set below the minimum."""
 
 SUMMARY_KEYS = ("pass_rate", "cases", "passed", "entities", "interval_95", "side", "cases_in_side", "coverage",
-                "partial", "duplicates", "per_template", "tool_call_parse_failures", "refusal")
+                "partial", "duplicates", "per_template", "tool_call_parse_failures", "refusal", "pass_hat_k",
+                "decoding")
 
 
 def _summary(evaluation: dict[str, Any], measured_by: str) -> dict[str, Any]:
@@ -33,7 +34,8 @@ def assemble_results(records: dict[str, dict[str, Any]], complete: bool) -> dict
         results["base"] = _summary(sft["base"], "sft stage: the base model before training")
         results["sft"] = _summary(sft["sft"], "sft stage: the exported SFT model, reloaded")
         results["sft_minus_base"] = {"pass_rate": round(sft["sft"]["pass_rate"] - sft["base"]["pass_rate"], 4),
-                                     "cases": sft["sft"]["cases"]}
+                                     "cases": sft["sft"]["cases"],
+                                     **({"paired": sft["sft_vs_base"]} if "sft_vs_base" in sft else {})}
         results["sft_stopped_by"] = sft.get("stopped_by")
     if rl and "rl" in rl:
         results["rl"] = _summary(rl["rl"], "rl stage: the exported RL model")

@@ -3,7 +3,9 @@
 Each completed stage is checkpointed with its record and artifacts (pinned by sha256), so a resumed
 job never redoes a finished stage, and refuses to go on when a finished stage's artifacts changed.
 Cancellation (``jobs cancel``, Ctrl-C) and the time budget are seen through :meth:`Runner.stop`,
-which the trainers poll at every optimizer step and the runner at every stage boundary; the
+which the trainers poll at every optimizer step, the kit build and verification at every progress
+report (:func:`.stages.stage_progress`, which also records progress events), and the runner at
+every stage boundary; the
 model-call budget is checked before each stage against its worst case (:mod:`.budget`). A job
 ends ``succeeded``, ``failed`` (an error, or a budget ran out) or ``cancelled``; completed stages
 and the partial evidence of the stopped one are kept either way.
@@ -24,10 +26,10 @@ from pydantic import ValidationError
 from blobkit.errors import JobError
 
 from .budget import BUDGETS, JobBudget
-from .config import CompanyConfig
+from .config import CompanyBudgets, CompanyConfig
 from .identity import job_identity
 from .results import assemble_results
-from .stages import CHECKS, STAGE_FUNCTIONS, STAGES, StageContext, StageOutcome
+from .stages import CHECKS, STAGE_FUNCTIONS, STAGES, StageContext, StageOutcome, StageStopped
 from .store import JobStore
 from .workers import HEARTBEAT_S, worker_id
 
@@ -72,6 +74,10 @@ class Runner:
         job = store.get(job_id)
         self.store, self.job_id, self.worker, self.echo = store, job_id, worker, echo
         self.config = job_config(job)
+        raised = job["budgets"]
+        if raised["raised"]:  # a resume raised them (jobs resume --max-minutes/--max-model-calls)
+            self.config = self.config.model_copy(update={"budgets": CompanyBudgets(
+                max_minutes=raised["max_minutes"], max_model_calls=raised["max_model_calls"])})
         self.budget = JobBudget(self.config.budgets, float(job["usage"]["active_seconds"]),
                                 int(job["usage"]["model_calls"]))
         self.records: dict[str, dict[str, Any]] = {}
@@ -192,6 +198,9 @@ class Runner:
         self.say(stage, f"stage {stage} started")
         try:
             outcome = STAGE_FUNCTIONS[stage](self.context)
+        except StageStopped as stopped:  # a budget or cancel seen at a safe point inside the stage
+            self._end_stopped(stage, stopped.reason, None, inside=True)
+            return False
         except Exception as exc:  # every failure is recorded with its real type and message
             self._end_failed(stage, exc)
             return False
@@ -236,9 +245,9 @@ class Runner:
             records[stage] = outcome.record
         self.store.set_results(self.job_id, assemble_results(records, complete=False))
 
-    def _end_stopped(self, stage: str, reason: str, outcome: StageOutcome | None) -> None:
+    def _end_stopped(self, stage: str, reason: str, outcome: StageOutcome | None, inside: bool = False) -> None:
         self._keep_evidence(stage, outcome)
-        where = "during" if outcome is not None else "before"
+        where = "during" if outcome is not None or inside else "before"
         if reason.startswith("cancelled"):
             self._end("cancelled", stage, reason, f"{reason} {where} stage {stage}; completed stages and their "
                       "evidence are kept; jobs resume continues from the last completed stage")

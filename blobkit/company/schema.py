@@ -1,4 +1,5 @@
-"""The job store's SQLite schema: its tables, their allowed values, and the one migration (create at version 1).
+"""The job store's SQLite schema: its tables, their allowed values, and its migrations (create at version 2;
+version 1 to 2 adds ``jobs.budgets``, the budgets a resume raised).
 
 The schema version lives in ``PRAGMA user_version``; a store written by a newer blobkit is refused.
 """
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from blobkit.errors import JobError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DB_FILE = "jobs.sqlite"
 JOBS_DIR = "jobs"
 STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
@@ -38,7 +39,8 @@ SCHEMA = (
         results TEXT NOT NULL DEFAULT '{{}}',
         replay TEXT,
         checks TEXT NOT NULL,
-        outcome TEXT
+        outcome TEXT,
+        budgets TEXT
     )""",
     f"""CREATE TABLE events (
         job_id TEXT NOT NULL REFERENCES jobs(id),
@@ -81,4 +83,6 @@ def migrate(conn: sqlite3.Connection, root: Path) -> None:
     if version == 0:
         for statement in SCHEMA:
             conn.execute(statement)
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    elif version == 1:  # version 2 adds the budgets a resume raised (NULL: the job's config's own)
+        conn.execute("ALTER TABLE jobs ADD COLUMN budgets TEXT")
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -52,6 +52,18 @@ RUN_FIELDS = frozenset({"kit", "base", "revision", "out", "method", "target", "i
 and the budget the job has left. Every other training setting comes from the composed config unchanged."""
 
 
+PROGRESS_EVERY_S = 10.0
+"""Seconds between two progress events of a stage that reports its own progress (building, verifying a kit)."""
+
+
+class StageStopped(Exception):  # noqa: N818 - a stop, not an error: the runner ends the job as a budget or cancel does
+    """Raised inside a stage at a safe point when the job must stop (its time budget, a cancel, Ctrl-C)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 @dataclass
 class StageOutcome:
     """What a stage produced."""
@@ -94,6 +106,26 @@ class StageContext:
         return int(self.records.get("kit", {}).get("frozen", {}).get("eval_cases", 0))
 
 
+def stage_progress(ctx: StageContext, stage: str) -> Callable[[str, int, int], None]:
+    """A build/verify ``progress(step, done, total)`` that is a safe point of ``stage``: it raises StageStopped
+    once the job must stop, and records ``step done/total`` as an event when the step changes and every
+    :data:`PROGRESS_EVERY_S` seconds, so a long stage is never silent."""
+    import time
+
+    at, steps = [float("-inf")], [""]
+
+    def update(step: str, done: int, total: int) -> None:
+        reason = ctx.stop()
+        if reason:
+            raise StageStopped(reason)
+        now = time.monotonic()
+        if step != steps[0] or now - at[0] >= PROGRESS_EVERY_S or done == total:
+            at[0], steps[0] = now, step
+            ctx.log(stage)(f"{step} {done}/{total}")
+
+    return update
+
+
 def run_config(composed: TrainConfig, **run: Any) -> TrainConfig:
     """``composed`` with only :data:`RUN_FIELDS` filled in (validated again, as the trainers receive it)."""
     unknown = sorted(set(run) - RUN_FIELDS)
@@ -113,7 +145,8 @@ def _held_out_record(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def stage_qualify(ctx: StageContext) -> StageOutcome:
-    report, built = qualify_source(checked_source(ctx.identity), ctx.config.build, ctx.config.allow_small_held_out)
+    report, built = qualify_source(checked_source(ctx.identity), ctx.config.build, ctx.config.allow_small_held_out,
+                                   stage_progress(ctx, "qualify"))
     path = ctx.store.write_json_artifact(ctx.job_id, "inspection.json", report)
     ctx.store.set_check(ctx.job_id, "source_valid", "passed" if report["valid"] else "failed",
                         "; ".join(report["reasons"]) or report["kind"])
@@ -162,7 +195,7 @@ def stage_kit(ctx: StageContext) -> StageOutcome:
 
     build = ctx.records["qualify"]["build"]
     with open_kit(ctx.kit_dir) as kit:
-        verification = verify_kit(kit)
+        verification = verify_kit(kit, stage_progress(ctx, "kit"))
         leakage = kit.meta["leakage"]
         frozen = {"train_cases": build["train_cases"], "eval_cases": build["eval_cases"], "kit_sha256": kit.sha256,
                   "train_cases_sha256": file_sha256(kit.path("train_cases.jsonl")),

@@ -185,6 +185,45 @@ class JobStore:
                 message = f"worker {worker} resumes the {status} job"
             self._event(conn, job_id, "worker", "info", message, {"previous_status": status, "worker": worker})
 
+    def raise_budgets(self, job_id: str, max_minutes: float | None = None,
+                      max_model_calls: int | None = None) -> dict[str, Any]:
+        """Raise a stopped job's budgets (each given one must be above its current limit and what the job has
+        used); return the job's budgets record. The raise is kept in the job (``budgets.raised``) and as an event.
+
+        JobError when the job is running or succeeded, or a value does not raise its budget.
+        """
+        with self._write() as conn:
+            row = self._row(conn, job_id)
+            if row["status"] in ("running", "succeeded"):
+                raise JobError(f"job {job_id} is {row['status']}; only a stopped job's budgets can be raised")
+            current = self._budgets(row, job_id)
+            used = {"max_minutes": row["active_seconds"] / 60, "max_model_calls": row["model_calls"]}
+            changes = {}
+            for name, value in (("max_minutes", max_minutes), ("max_model_calls", max_model_calls)):
+                if value is None:
+                    continue
+                if value <= current[name] or value <= used[name]:
+                    raise JobError(f"--{name.replace('_', '-')} {value:g} does not raise job {job_id}'s budget: its "
+                                   f"limit is {current[name]:g} and it has used {used[name]:.4g}; give more")
+                changes[name] = [current[name], value]
+            if not changes:
+                return current
+            raised = {**current, **{name: new for name, (_, new) in changes.items()},
+                      "raised": [*current["raised"], {"at": _iso(time.time()), **changes}]}
+            conn.execute("UPDATE jobs SET budgets = ? WHERE id = ?", (canonical_json(raised), job_id))
+            words = ", ".join(f"{name} {old:g} -> {new:g}" for name, (old, new) in changes.items())
+            self._event(conn, job_id, "job", "info", f"budgets raised: {words}", changes)
+        return raised
+
+    @staticmethod
+    def _budgets(row: sqlite3.Row, job_id: str) -> dict[str, Any]:
+        """The job's budgets: those a resume raised, else its config's, with the list of raises."""
+        if row["budgets"] is not None:
+            return dict(_loads(row["budgets"], job_id, "budgets"))
+        configured = _loads(row["identity"], job_id, "identity").get("config", {}).get("budgets", {})
+        return {"max_minutes": configured.get("max_minutes"), "max_model_calls": configured.get("max_model_calls"),
+                "raised": []}
+
     def heartbeat(self, job_id: str, worker: str, active_seconds: float) -> bool:
         """Record liveness and active time; False when another worker has taken the job over."""
         with self._write() as conn:
@@ -376,6 +415,7 @@ class JobStore:
             "errors": [{"seq": seq, "at": _iso(at), "stage": stage, "code": code, "message": message}
                        for seq, at, stage, code, message in errors],
             "checks": _loads(row["checks"], job_id, "checks"),
+            "budgets": self._budgets(row, job_id),
             "artifacts_dir": str(self.job_dir(row["id"])),
         }
 

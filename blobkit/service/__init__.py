@@ -6,6 +6,7 @@
 * :mod:`.auth` — ``X-API-Key`` → :class:`~.records.Principal`; :mod:`.http_errors` — one JSON error shape;
 * :mod:`.app` — :func:`create_app`; :mod:`.routers` — one router per resource, and the registry;
 * :mod:`.server` — uvicorn on a bound socket; :mod:`.openapi` — the generated document (``spec/``).
+* :mod:`.panel` — the Train panel: web pages at ``/`` and ``/twin/{env_id}`` over the same library functions.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from blobkit.company.held_out import MIN_HELD_OUT_ENTITIES
 from blobkit.errors import LeaseExpiredError, NotFoundError, PlaneNotTrainableError, WorldFormatError
 from world_format.canonical import canonical_json
 
-from .records import Environment, EnvironmentList, ToolInfo, Trainability, WorldInfo
+from .records import AnchorInfo, Environment, EnvironmentList, ToolInfo, Trainability, WorldInfo
 from .sources import materialize, pack_source, source_form
 from .store import ServiceStore
 
@@ -54,9 +54,12 @@ def _world_info(path: Path) -> dict[str, Any]:
              for t in report["tools"]]
     return {"name": world.identity.name,
             "world": WorldInfo(id=world.identity.id, name=world.identity.name, sha256=loaded.sha256,
-                               form=loaded.form).model_dump(mode="json"),
+                               form=loaded.form, domain=world.identity.domain,
+                               description=world.identity.description).model_dump(mode="json"),
             "policies": len(world.policies), "tools": [t.model_dump(mode="json") for t in tools],
             "procedures": world.procedures.model_dump(mode="json", by_alias=True),
+            "anchors": [AnchorInfo(table=table, rows=rows).model_dump(mode="json")
+                        for table, rows in report["state"]["anchor_rows"].items()],
             "trainability": _trainability(report).model_dump(mode="json")}
 
 
@@ -103,7 +106,7 @@ def _environment(store: ServiceStore, row: sqlite3.Row | tuple[Any, ...]) -> Env
     info = store.cell(info_text, f"environment {env_id}", "info") or {}
     return Environment(env_id=env_id, kind=kind, name=name, created_at=created, lease_expires_at=lease,
                        source_sha256=sha, source_form=form, world=info.get("world"), policies=info.get("policies"),
-                       tools=info.get("tools", []), procedures=info.get("procedures"),
+                       tools=info.get("tools", []), procedures=info.get("procedures"), anchors=info.get("anchors", []),
                        trainability=info.get("trainability"))
 
 

@@ -101,7 +101,7 @@ def eval_plan(request: TrainingJobRequest, in_kit: int) -> tuple[CompanyConfig, 
     if cases < in_kit:
         config = worker_config(request, eval_limit=cases)
     plan = EvalPlan(held_out_cases_in_kit=in_kit, cases_evaluated=cases, evaluations=["base", "sft", "rl"],
-                    max_turns=max(config.sft.max_turns, config.rl.max_turns),
+                    max_turns=max(config.sft.turn_cap, config.rl.turn_cap),
                     worst_case_model_calls=worst_case(config, cases), replay=REPLAY)
     return config, plan
 

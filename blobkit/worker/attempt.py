@@ -10,7 +10,6 @@ request or a lost lease into a cancel of the local job at its next safe point.
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Callable
 from contextlib import redirect_stdout
@@ -32,13 +31,11 @@ from blobkit.service.records import (
     Usage,
 )
 from blobkit.service.sources import materialize
+from blobkit.service.steps import LOSS, REWARD, STEP
 
 from .client import WorkerClient
 
 Echo = Callable[[str], None]
-STEP = re.compile(r"step (\d+)/(\d+)")
-LOSS = re.compile(r"loss (-?[0-9.]+)")
-REWARD = re.compile(r"reward (-?[0-9.]+)")
 EVIDENCE = {"inspection.json": "inspection.json", "kit_verification.json": "kit_verification.json",
             "results.json": "results.json", "replay.json": "replay.json", "sft/plan.json": "sft-plan.json",
             "sft/eval.json": "sft-eval.json", "sft/eval_cases_base.json": "sft-eval_cases_base.json",

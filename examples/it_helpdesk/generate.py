@@ -74,7 +74,7 @@ TABLES = [
         col("serial", "TEXT", not_null=True, unique=True), col("assigned_to", "INTEGER", references="employees.id"),
         col("status", "TEXT", not_null=True), col("purchased_on", "TEXT", not_null=True),
         col("warranty_until", "TEXT", not_null=True, label="warranty end date")]},
-    {"name": "tickets", "columns": [
+    {"name": "tickets", "owner": "employee_id", "columns": [
         col("id", "INTEGER", pk=True), col("employee_id", "INTEGER", not_null=True, references="employees.id"),
         col("device_id", "INTEGER", references="devices.id"), col("category", "TEXT", not_null=True),
         col("subject", "TEXT", not_null=True), col("priority", "TEXT", not_null=True),

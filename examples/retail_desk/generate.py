@@ -72,7 +72,7 @@ TABLES = [
         col("status", "TEXT", not_null=True), col("placed_on", "TEXT", not_null=True, label="order date"),
         col("delivered_on", "TEXT", label="delivery date"), col("shipping_method", "TEXT", not_null=True),
         col("total", "REAL", not_null=True, decimals=2)]},
-    {"name": "order_items", "columns": [
+    {"name": "order_items", "owner": "order_id", "columns": [
         col("id", "INTEGER", pk=True), col("order_id", "INTEGER", not_null=True, references="orders.id"),
         col("product_id", "INTEGER", not_null=True, references="products.id"),
         col("quantity", "INTEGER", not_null=True), col("unit_price", "REAL", not_null=True, decimals=2)]},

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.config import TrainConfig
+from trainers.targets.local_torch import LocalTorchSettings
 
 from .settings import RunPodSettings
 
@@ -30,19 +31,21 @@ TRAIN_ARGV = ("{python}", "-m", "blobkit.cli", "train", "--config", CONFIG_FILE,
 
 def train_budget_minutes(config: TrainConfig, settings: RunPodSettings) -> float:
     """The ``--max-minutes`` training gets on the pod: most of what the pod's watchdog allows."""
-    max_seconds = config.max_hours * 3600
+    max_seconds = config.runpod.max_hours * 3600
     budget = (max_seconds - settings.pod_margin(max_seconds)) * 0.85 / 60
     return max(0.01, round(min(budget, config.max_minutes) if config.max_minutes else budget, 2))
 
 
 def pod_config(config: TrainConfig, plan_record: Mapping[str, Any], settings: RunPodSettings) -> TrainConfig:
-    """The run's config as the pod trains with it: paths inside the unpacked bundle, GRPO on local-torch, and the
-    training budget the pod allows as ``max_minutes``. Shipped as :data:`CONFIG_FILE` in the bundle."""
+    """The run's config as the pod trains with it: paths inside the unpacked bundle, GRPO on local-torch with one
+    rank per GPU (``--processes`` = ``--gpus``), and the training budget the pod allows as ``max_minutes``.
+    Shipped as :data:`CONFIG_FILE` in the bundle."""
     local_base = (plan_record.get("base") or {}).get("source") in ("local", "registry")
     return config.model_copy(update={
         "kit": Path("kit"), "init_adapter": Path("init_adapter"), "base": "base" if local_base else config.base,
         "data": Path("data/rows.jsonl") if config.data is not None else None, "out": Path("out"),
         "method": "grpo", "target": "local-torch", "dry_run": False, "confirm_spend": False,
+        "local_torch": LocalTorchSettings(processes=config.runpod.gpu_count),
         "max_minutes": train_budget_minutes(config, settings)})
 
 

@@ -60,13 +60,14 @@ def pod_body(job: Job, config: TrainConfig, settings: RunPodSettings, spec: Mapp
            "BLOBKIT_JOB_ID": job.id}
     if settings.store_token:
         env["BLOBKIT_STORE_TOKEN"] = settings.store_token
-    return {"name": job.name, "image": settings.image, "gpu": {"id": config.gpu_type, "count": config.gpu_count},
+    return {"name": job.name, "image": settings.image,
+            "gpu": {"id": config.runpod.gpu_type, "count": config.runpod.gpu_count},
             "cloud": settings.cloud, "disk": settings.disk_gb, "env": env, "args": POD_COMMAND}
 
 
 def job_spec(job: Job, config: TrainConfig, settings: RunPodSettings, bundle: Bundle) -> dict[str, Any]:
     """What the pod program reads from ``BLOBKIT_JOB``: where things are, checksums, limits and steps."""
-    max_seconds = config.max_hours * 3600 - settings.pod_margin(config.max_hours * 3600)
+    max_seconds = config.runpod.max_hours * 3600 - settings.pod_margin(config.runpod.max_hours * 3600)
     return {"format": "blobkit-runpod-job/1", "job_id": job.id, "api_url": settings.api_url,
             "store_url": settings.store_url, "bundle_sha256": bundle.sha256, "max_seconds": round(max_seconds, 3),
             "deadline_epoch": round(time.time() + max_seconds, 3), "steps": pod_steps(settings)}
@@ -147,8 +148,8 @@ class Watch:
         if reason:
             raise TrainerError(f"runpod run stopped ({reason}): terminating pod {self.pod_id}; no results collected")
         elapsed = time.monotonic() - self.created
-        if elapsed >= self.config.max_hours * 3600:
-            raise TrainerError(f"--max-hours {self.config.max_hours:g} reached: terminating pod {self.pod_id}; "
+        if elapsed >= self.config.runpod.max_hours * 3600:
+            raise TrainerError(f"--max-hours {self.config.runpod.max_hours:g} reached: terminating pod {self.pod_id}; "
                                "raise --max-hours or lower --steps")
         if self.trouble_since is not None and time.monotonic() - self.trouble_since > \
                 self.settings.network_grace_seconds:
@@ -189,7 +190,8 @@ class Watch:
         if time.monotonic() - self.created > self.settings.boot_timeout_seconds:
             raise TrainerError(f"pod {self.pod_id} did not reach RUNNING within "
                                f"{self.settings.boot_timeout_seconds:g} s (still {status}); terminating it. "
-                               f"RunPod may lack capacity for {self.config.gpu_type}: try another --gpu-type or later")
+                               f"RunPod may lack capacity for {self.config.runpod.gpu_type}: try another "
+                               "--gpu-type or later")
 
     def _done_or_none(self, status: str) -> dict[str, Any] | None:
         try:

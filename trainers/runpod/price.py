@@ -47,25 +47,26 @@ class PriceQuote:
 
 
 def price_from_catalog(gpus: list[dict[str, Any]], config: TrainConfig, settings: RunPodSettings) -> PriceQuote:
-    """The list price of ``config.gpu_type`` in the chosen cloud; ConfigError when it cannot be launched."""
-    entry = next((gpu for gpu in gpus if gpu.get("id") == config.gpu_type), None)
+    """The list price of ``config.runpod.gpu_type`` in the chosen cloud; ConfigError when it cannot be launched."""
+    entry = next((gpu for gpu in gpus if gpu.get("id") == config.runpod.gpu_type), None)
     if entry is None:
         known = ", ".join(sorted(str(gpu.get("id")) for gpu in gpus)[:20])
-        raise ConfigError(f"--gpu-type {config.gpu_type!r} is not in RunPod's GPU catalog; ids include: {known}")
+        raise ConfigError(f"--gpu-type {config.runpod.gpu_type!r} is not in RunPod's GPU catalog; ids include: {known}")
     cloud = settings.cloud.lower()
     if entry.get(cloud) is False:
         other = "COMMUNITY" if cloud == "secure" else "SECURE"
-        raise ConfigError(f"{config.gpu_type} is not offered on RunPod's {settings.cloud} cloud; choose another "
+        raise ConfigError(f"{config.runpod.gpu_type} is not offered on RunPod's {settings.cloud} cloud; choose another "
                           f"--gpu-type or set BLOBKIT_RUNPOD_CLOUD={other}")
     max_count = (entry.get("maxCount") or {}).get(cloud)
-    if isinstance(max_count, int) and config.gpu_count > max_count:
-        raise ConfigError(f"--gpu-count {config.gpu_count}: RunPod's largest {config.gpu_type} machine on the "
+    if isinstance(max_count, int) and config.runpod.gpu_count > max_count:
+        raise ConfigError(f"--gpu-count {config.runpod.gpu_count}: RunPod's largest {config.runpod.gpu_type} "
+                          "machine on the "
                           f"{settings.cloud} cloud has {max_count} GPUs")
     price = (entry.get("price") or {}).get(cloud)
     if isinstance(price, bool) or not isinstance(price, int | float) or price <= 0:
-        return PriceQuote(None, config.gpu_count, f"unavailable: the catalog lists no {cloud} price for "
-                                                  f"{config.gpu_type}")
-    return PriceQuote(float(price), config.gpu_count,
+        return PriceQuote(None, config.runpod.gpu_count, f"unavailable: the catalog lists no {cloud} price for "
+                                                  f"{config.runpod.gpu_type}")
+    return PriceQuote(float(price), config.runpod.gpu_count,
                       f"RunPod GPU catalog (GET {settings.api_url}/v2/catalog/gpus), {cloud} cloud list price "
                       "per GPU-hour; the rate actually billed is the pod's own 'cost'")
 
@@ -74,32 +75,33 @@ def quote_price(config: TrainConfig, settings: RunPodSettings, environ: Mapping[
     """Read the price from RunPod's catalog (free, read-only); say why when that is not possible."""
     key = environ.get(API_KEY_ENV)
     if not key:
-        return PriceQuote(None, config.gpu_count, f"unavailable: {API_KEY_ENV} is not set (RunPod's catalog "
+        return PriceQuote(None, config.runpod.gpu_count, f"unavailable: {API_KEY_ENV} is not set (RunPod's catalog "
                                                   "needs an API key)")
     try:
         with RunPodClient(key, settings.api_url, retry=settings.retry, timeout=20.0) as client:
             gpus = client.gpu_types()
     except RunPodError as exc:
-        return PriceQuote(None, config.gpu_count, f"unavailable: {exc}")
+        return PriceQuote(None, config.runpod.gpu_count, f"unavailable: {exc}")
     return price_from_catalog(gpus, config, settings)
 
 
 def quote_from_plan(plan_record: Mapping[str, Any], config: TrainConfig) -> PriceQuote | None:
     entry = plan_record.get("runpod")
-    if not isinstance(entry, dict) or entry.get("gpu_type") != config.gpu_type:
+    if not isinstance(entry, dict) or entry.get("gpu_type") != config.runpod.gpu_type:
         return None
     per_gpu = entry.get("price_per_gpu_usd")
     price = float(per_gpu) if isinstance(per_gpu, int | float) and not isinstance(per_gpu, bool) else None
-    return PriceQuote(price, config.gpu_count, str(entry.get("price_source", "plan.json")))
+    return PriceQuote(price, config.runpod.gpu_count, str(entry.get("price_source", "plan.json")))
 
 
 def describe_launch(config: TrainConfig, settings: RunPodSettings, quote: PriceQuote) -> str:
     """One sentence: what would be launched, for how long, and what it would cost at most."""
-    what = (f"{config.gpu_count} x {config.gpu_type} pod on RunPod's {settings.cloud} cloud (image "
-            f"{settings.image}, {settings.disk_gb} GB disk) for at most {config.max_hours:g} h")
-    cost = quote.max_cost_usd(config.max_hours)
+    what = (f"{config.runpod.gpu_count} x {config.runpod.gpu_type} pod on RunPod's {settings.cloud} cloud (image "
+            f"{settings.image}, {settings.disk_gb} GB disk) for at most {config.runpod.max_hours:g} h")
+    cost = quote.max_cost_usd(config.runpod.max_hours)
     if cost is None:
-        return f"{what}; estimated maximum cost unknown (price {quote.source}): at most {config.max_hours:g} h " \
+        return f"{what}; estimated maximum cost unknown (price {quote.source}): at most " \
+               f"{config.runpod.max_hours:g} h " \
                "times the pod's hourly price"
     return f"{what} at ${quote.hourly_usd:.2f}/h, estimated maximum cost ${cost:.2f} (price: {quote.source})"
 
@@ -136,7 +138,7 @@ def check_spend_gate(config: TrainConfig, environ: Mapping[str, str], quote: Pri
     if not reasons:
         return
     settings = RunPodSettings.from_env(environ)
-    quote = quote or PriceQuote(None, config.gpu_count, "unavailable: not looked up")
+    quote = quote or PriceQuote(None, config.runpod.gpu_count, "unavailable: not looked up")
     raise SpendGateError(f"refusing to spend money on RunPod: {' and '.join(reasons)}. This run would launch a "
                          f"{describe_launch(config, settings, quote)}. Nothing was created. Check the plan with "
                          f"--dry-run, then set {API_KEY_ENV} and pass --confirm-spend.")
@@ -147,19 +149,19 @@ def launch_plan(config: TrainConfig, kit: Kit, plan_record: dict[str, Any]) -> d
     environ = os.environ
     settings = RunPodSettings.from_env(environ)
     quote = quote_price(config, settings, environ)
-    max_seconds = config.max_hours * 3600
+    max_seconds = config.runpod.max_hours * 3600
     return {
-        "api": f"{settings.api_url}/v2", "gpu_type": config.gpu_type, "gpu_count": config.gpu_count,
+        "api": f"{settings.api_url}/v2", "gpu_type": config.runpod.gpu_type, "gpu_count": config.runpod.gpu_count,
         "cloud": settings.cloud, "image": settings.image, "disk_gb": settings.disk_gb,
         "start_command": POD_COMMAND, "pod_steps": [step["argv"] for step in pod_steps(settings)],
         "train_command": " ".join(TRAIN_ARGV),
         "config_file": f"{CONFIG_FILE} in bundle.tar.gz: this run's config with paths inside the bundle, GRPO on "
                        "local-torch and max_minutes set to the pod's training budget (pod_config)",
         "pod_config": pod_config(config, plan_record, settings).as_json(),
-        "max_hours": config.max_hours, "boot_timeout_seconds": settings.boot_timeout_seconds,
+        "max_hours": config.runpod.max_hours, "boot_timeout_seconds": settings.boot_timeout_seconds,
         "pod_self_terminates_after_seconds": round(max_seconds - settings.pod_margin(max_seconds), 1),
         "price_per_gpu_usd": quote.per_gpu_usd, "hourly_price_usd": quote.hourly_usd,
-        "price_source": quote.source, "estimated_max_cost_usd": quote.max_cost_usd(config.max_hours),
+        "price_source": quote.source, "estimated_max_cost_usd": quote.max_cost_usd(config.runpod.max_hours),
         "cost_note": "GPU time at list price for the whole --max-hours; disk and the transfer store not included",
         "transfer": {"store": redact(settings.store_url) if settings.store_url else None,
                      "to_pod": f"bundle.tar.gz ({CONFIG_FILE}, kit, init adapter, source), sha256 checked on the pod",

@@ -30,10 +30,11 @@ from .store import HttpStore
 
 
 def require_runnable(config: TrainConfig) -> Path:
-    """GRPO warm-started from an existing SFT export; returns the adapter directory."""
-    if config.method != "grpo":
-        raise ConfigError("runpod runs GRPO only: train SFT locally first (--target local-torch or local-mlx), then "
-                          "pass its export with --init-adapter to --method grpo --target runpod")
+    """GRPO (the target's refusal rules, :meth:`trainers.targets.runpod.RunPod.refusal`) warm-started from an
+    existing SFT export; returns the adapter directory."""
+    refusal = config.unsupported()
+    if refusal:
+        raise ConfigError(refusal)
     if config.init_adapter is None:
         raise ConfigError("runpod needs --init-adapter: the export of a local SFT run (e.g. out/sft/export), which "
                           "GRPO warm-starts from")
@@ -46,8 +47,8 @@ def _run_record(job: Job, pod_id: str, config: TrainConfig, quote: PriceQuote, b
                 started: float) -> dict[str, Any]:
     seconds = round(time.monotonic() - started, 1)
     cost = None if quote.hourly_usd is None else round(quote.hourly_usd * seconds / 3600, 4)
-    return {"job_id": job.id, "pod_id": pod_id, "pod_name": job.name, "gpu_type": config.gpu_type,
-            "gpu_count": config.gpu_count, "hourly_price_usd": quote.hourly_usd, "seconds": seconds,
+    return {"job_id": job.id, "pod_id": pod_id, "pod_name": job.name, "gpu_type": config.runpod.gpu_type,
+            "gpu_count": config.runpod.gpu_count, "hourly_price_usd": quote.hourly_usd, "seconds": seconds,
             "estimated_cost_usd": cost, "bundle_sha256": bundle.sha256}
 
 
@@ -95,7 +96,7 @@ def train_runpod(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan
     if not settings.store_url:
         raise ConfigError("set BLOBKIT_RUNPOD_STORE_URL to an HTTP store (PUT/GET) that this machine and the pod "
                           "can both reach; it carries the kit to the pod and the results back")
-    quote = quote or PriceQuote(None, config.gpu_count, "unavailable")
+    quote = quote or PriceQuote(None, config.runpod.gpu_count, "unavailable")
     job = new_job(config.out)
     bundle = build_bundle(config, kit, rows, plan_record, settings, job.work / "bundle.tar.gz")
     store = HttpStore(settings.store_url, settings.store_token, retry=settings.retry)

@@ -26,6 +26,7 @@ from . import (
     unconfirmed_empty,
     unconfirmed_other,
     unconfirmed_statement,
+    unconfirmed_vague,
     unidentified,
     wrong_row,
     wrong_value,
@@ -47,6 +48,7 @@ AGENTS: tuple[WrongAgent, ...] = (
     unconfirmed_empty.AGENT,
     unconfirmed_statement.AGENT,
     unconfirmed_other.AGENT,
+    unconfirmed_vague.AGENT,
     unidentified.AGENT,
     forbidden_write.AGENT,
 )

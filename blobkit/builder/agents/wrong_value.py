@@ -20,7 +20,8 @@ def plan(case: CaseRun) -> Attempt:
         tool = world.tool(tool_name)
         properties = tool.parameters.get("properties", {}) if tool else {}
         key_params = set(tool.anchors) if tool else set()
-        names = [n for n in arguments if n not in key_params] or list(arguments)
+        declared = [n for n in properties if n in arguments]  # the tool's order: a stored case reads the same
+        names = [n for n in declared if n not in key_params] or declared
         if names:
             arguments[names[0]] = perturb(arguments[names[0]], properties.get(names[0]))
     return run.placed(tuple(calls), task.answer)

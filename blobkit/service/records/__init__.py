@@ -8,7 +8,7 @@ attempts, progress, the worker's reports).
 from __future__ import annotations
 
 from .base import ErrorBody, ErrorDetail, Principal, Record
-from .environments import Environment, EnvironmentList, ToolInfo, Trainability, WorldInfo
+from .environments import AnchorInfo, Environment, EnvironmentList, ToolInfo, Trainability, WorldInfo
 from .jobs import (
     Artifact,
     ArtifactPin,
@@ -38,7 +38,8 @@ from .jobs import (
 )
 
 __all__ = [
-    "Artifact", "ArtifactPin", "Attempt", "AttemptFinish", "AttemptReport", "BasePin", "Check", "CheckpointPin",
+    "AnchorInfo", "Artifact", "ArtifactPin", "Attempt", "AttemptFinish", "AttemptReport", "BasePin", "Check",
+    "CheckpointPin",
     "Claim", "Commands", "Environment", "EnvironmentList", "ErrorBody", "ErrorDetail", "EvalPlan", "KitRef",
     "LeaseState", "Outcome", "Principal", "Progress", "ProgressEvent", "Recipe", "Record", "SourcePin", "ToolInfo",
     "Trainability", "TrainingJob", "TrainingJobList", "TrainingJobRequest", "Usage", "WorkerConnection",

@@ -54,6 +54,19 @@ class WorldInfo(Record):
     """The world's content sha256 (as the loader computes it)."""
     form: str
     """``single-file`` (world.json) or ``packaged`` (a directory with manifest)."""
+    domain: str | None = None
+    """Its business domain ("retail support"); None for environments registered before it was recorded."""
+    description: str | None = None
+    """What the service does and who the agent serves; None for environments registered before it was recorded."""
+
+
+class AnchorInfo(Record):
+    """One anchor table of the world's state: the rows independent cases are built around (customers, tickets)."""
+
+    table: str
+    """The anchor table."""
+    rows: int
+    """Rows it holds in the seed."""
 
 
 class Environment(Record):
@@ -81,6 +94,8 @@ class Environment(Record):
     """Tools it declares."""
     procedures: Procedures | None
     """The procedures its policies declare as data (identify first, check before a write…)."""
+    anchors: list[AnchorInfo] = []
+    """The state's anchor tables and their rows (empty for a cluster plane)."""
     trainability: Trainability | None
     """``company inspect``'s verdict (None for a cluster plane)."""
 

@@ -8,6 +8,7 @@ from pydantic import Field
 
 from blobkit.company.config import CompanyConfig
 from blobkit.company.records import JobResults, ReplayOutcome
+from trainers.targets.registry import TargetName
 
 from .base import Record
 
@@ -22,7 +23,7 @@ class TrainingJobRequest(Record):
     """A catalog id (GET /api/v1/models) or ``tiny`` (the offline tiny model a worker builds from the kit)."""
     method: Literal["sft", "grpo"] = "grpo"
     """Manual kits: the training method the commands run (a worker job always runs SFT then GRPO)."""
-    target: Literal["local-mlx", "local-torch", "runpod"] = "local-mlx"
+    target: TargetName = "local-mlx"
     """Manual kits: where the commands train (a worker trains locally with torch)."""
     lora_rank: int = Field(16, ge=1, le=256)
     """LoRA rank."""

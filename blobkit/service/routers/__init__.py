@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from fastapi import APIRouter
 
+from ..panel import router as panel
 from ..tinker import router as tinker
 from . import all_jobs, attempts, environments, models, training_jobs, workers
 
@@ -34,6 +35,7 @@ ROUTERS: list[Mount] = [
     Mount("/api/v1", workers.router),
     Mount("/api/v1", attempts.router),
     Mount("/tinker/api/v1", tinker.router),
+    Mount("", panel.router),
 ]
 """Every router of the service, in mount order."""
 

@@ -1,0 +1,66 @@
+"""Free against constrained decoding of tool calls, on the same held-out cases of one export (issue 29 lever 4).
+
+Loads an export (``blobkit train``'s ``OUT/export``) fresh, runs its greedy episodes on the first ``--limit``
+held-out cases of the kit twice, ``--decoding free`` then ``constrained`` (:mod:`trainers.constrained`), and
+prints both pass rates with their intervals, the paired comparison (:mod:`trainers.paired`: discordant cases, the
+95 % paired bootstrap interval, McNemar's exact p), the tool-call parse failures, the failure reasons counted by
+kind and each pass's seconds. Same model, same cases, one run.
+
+Run::
+
+    nice -n 10 .venv/bin/python benchmarks/decoding_ablation.py --model out/run/export --kit KIT --limit 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def _kind(reason: str) -> str:
+    """A failure reason with its values taken out, so reasons of one kind count together."""
+    return re.sub(r"\s+", " ", re.sub(r"('[^']*'|\"[^\"]*\"|\d+(\.\d+)?)", "_", reason)).strip()[:90]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--kit", type=Path, required=True)
+    parser.add_argument("--limit", type=int, default=None)
+    args = parser.parse_args()
+    from trainers.paired import compare
+    from trainers.replay import evaluate_export
+    from world_format.kit import open_kit
+
+    summaries, seconds = {}, {}
+    with open_kit(args.kit) as kit:
+        for decoding in ("free", "constrained"):
+            start = time.perf_counter()
+            summaries[decoding] = evaluate_export(args.model, kit, limit=args.limit, decoding=decoding)
+            seconds[decoding] = time.perf_counter() - start
+    for decoding, summary in summaries.items():
+        record = summary.to_json()
+        low, high = record["interval_95"]
+        print(f"{decoding:>11}: pass rate {record['pass_rate']:.3f} ({record['passed']}/{record['cases']} cases, "
+              f"{record['entities']} entities; 95 % CI {low:.2f}-{high:.2f}); tool-call parse failures "
+              f"{record['tool_call_parse_failures']}; {seconds[decoding]:.0f} s")
+        reasons = Counter(_kind(r.verdict.reason) for r in summary.distinct() if not r.passed)
+        for reason, count in reasons.most_common(6):
+            print(f"{'':>13}{count:>4} x {reason}")
+    paired = compare(summaries["free"].outcomes(), summaries["constrained"].outcomes(), earlier_name="free",
+                     later_name="constrained")
+    print(paired.text())
+    print(f"discordant: {paired.only_later} pass only constrained, {paired.only_earlier} pass only free")
+
+
+if __name__ == "__main__":
+    main()
