@@ -9,14 +9,17 @@ same records.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from .output import echo_json
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from blobkit.service import ServiceStore
 
 tinker_app = typer.Typer(no_args_is_help=True, help="Train jobs, checkpoints and usage of the Tinker-compatible API.")
@@ -36,6 +39,15 @@ def _store(path: Path) -> ServiceStore:
     return ServiceStore(path, create=False)
 
 
+def _echo_records(records: Sequence[BaseModel], as_json: bool, line: Callable[[Any], str]) -> None:
+    """``records`` as one JSON list with ``--json``, else ``line(record)`` for each."""
+    if as_json:
+        echo_json([record.model_dump(mode="json") for record in records])
+        return
+    for record in records:
+        typer.echo(line(record))
+
+
 @jobs_app.command("list")
 def jobs_list(store: Path = STORE, workspace: str = WORKSPACE, as_json: bool = JSON) -> None:
     """The workspace's train jobs, newest first.
@@ -46,12 +58,8 @@ def jobs_list(store: Path = STORE, workspace: str = WORKSPACE, as_json: bool = J
 
     with _store(store) as opened:
         jobs = tables.list_jobs(opened, workspace)
-    if as_json:
-        echo_json([job.model_dump(mode="json") for job in jobs])
-        return
-    for job in jobs:
-        typer.echo(f"{job.train_job_id}  {job.status:<11} {job.base_model or '-':<24} owner {job.owner}  "
-                   f"steps {job.usage.optimizer_steps}  last {job.last_checkpoint or '-'}")
+    _echo_records(jobs, as_json, lambda job: f"{job.train_job_id}  {job.status:<11} {job.base_model or '-':<24} "
+                  f"owner {job.owner}  steps {job.usage.optimizer_steps}  last {job.last_checkpoint or '-'}")
 
 
 @jobs_app.command("status")
@@ -84,12 +92,8 @@ def checkpoints_list(store: Path = STORE, workspace: str = WORKSPACE,
 
     with _store(store) as opened:
         checkpoints = tables.list_checkpoints(opened, workspace, run)
-    if as_json:
-        echo_json([c.model_dump(mode="json") for c in checkpoints])
-        return
-    for c in checkpoints:
-        typer.echo(f"{c.tinker_path}  {c.kind:<8} {c.purpose:<16} owner {c.owner}  sha256 {c.sha256[:16]}  "
-                   f"{c.bytes} bytes")
+    _echo_records(checkpoints, as_json, lambda c: f"{c.tinker_path}  {c.kind:<8} {c.purpose:<16} owner {c.owner}  "
+                  f"sha256 {c.sha256[:16]}  {c.bytes} bytes")
 
 
 @checkpoints_app.command("export")
@@ -179,12 +183,8 @@ def policy_list(store: Path = typer.Option(..., "--store", help="Service store d
 
     with _store(store) as opened:
         found = tables.list_policies(opened, workspace)
-    if as_json:
-        echo_json([p.model_dump(mode="json") for p in found])
-        return
-    for p in found:
-        typer.echo(f"{p.workspace}  {p.user or '*':<16}  models {', '.join(p.models)}  rank <= {p.max_lora_rank}  "
-                   f"tokens {p.max_tokens or 'unlimited'}  deadline {p.deadline or 'none'}")
+    _echo_records(found, as_json, lambda p: f"{p.workspace}  {p.user or '*':<16}  models {', '.join(p.models)}  "
+                  f"rank <= {p.max_lora_rank}  tokens {p.max_tokens or 'unlimited'}  deadline {p.deadline or 'none'}")
 
 
 @bases_app.command("add")
