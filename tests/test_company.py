@@ -174,7 +174,7 @@ def test_a_queued_job_records_its_identity_and_every_check_as_not_run(store: Job
     assert job["status"] == "queued"
     assert job["identity"]["source"]["sha256"] and job["identity"]["base_model"]["id"] == "tiny"
     budgets = job["identity"]["config"]["budgets"]
-    assert budgets["max_minutes"] == 30 and budgets["max_model_calls"] == 1188
+    assert budgets["max_minutes"] == 30 and budgets["max_model_calls"] == 2079
     assert job["identity"]["config"]["allow_small_held_out"] is True
     assert [c["name"] for c in job["checks"]] == list(CHECKS)
     assert {c["status"] for c in job["checks"]} == {"not_run"}
@@ -231,18 +231,31 @@ def test_company_defaults_follow_the_issues() -> None:
 
     config = CompanyConfig.for_base("Qwen/Qwen2.5-0.5B-Instruct")
     assert (config.sft.epochs, config.rl.steps, config.rl.group_size, config.budgets.max_minutes,
-            config.budgets.max_model_calls, config.sft.full) == (TrainConfig.preset("lora").epochs, 4, 2, 30, 1188,
+            config.budgets.max_model_calls, config.sft.full) == (TrainConfig.preset("lora").epochs, 4, 2, 30, 2079,
                                                                  False)
-    assert (config.rl.batch_size // config.rl.group_size, config.sft.eval_limit, config.sft.max_turns) == (1, None, 4)
-    assert (config.rl.eval_limit, config.rl.max_turns, config.build.eval_cases_per_task) == (None, 4, 6)
+    assert (config.rl.batch_size // config.rl.group_size, config.sft.eval_limit) == (1, None)
+    assert config.sft.max_turns is None  # derived from the kit once it is built
+    assert (config.rl.eval_limit, config.rl.max_turns, config.build.eval_cases_per_task) == (None, None, 6)
     assert CompanyConfig.for_base("tiny").sft.full is True and config.allow_small_held_out is False
+
+
+def test_the_company_turn_caps_are_derived_from_the_kit_unless_set() -> None:
+    from blobkit.company.config import with_turn_caps
+    from trainers.episode_limit import EPISODE_SLACK
+
+    derived = with_turn_caps(CompanyConfig.for_base("tiny"), 5)
+    assert derived.sft.max_turns == derived.rl.max_turns == 5 + EPISODE_SLACK
+    kept = with_turn_caps(CompanyConfig.for_base("tiny", sft={"max_turns": 3, "short_episodes": True}), 5)
+    assert (kept.sft.max_turns, kept.rl.max_turns) == (3, 5 + EPISODE_SLACK)
 
 
 @pytest.mark.parametrize("base", ["Qwen/Qwen2.5-0.5B-Instruct", "tiny"])
 def test_the_default_model_call_budget_pays_for_the_largest_held_out_set_a_company_kit_holds(base: str) -> None:
     from blobkit.company.budget import evaluations_worst_case, replay_worst_case, rl_step_worst_case
+    from blobkit.company.config import with_turn_caps
 
-    config = CompanyConfig.for_base(base)
+    # the airline example's longest case takes 5 assistant turns, the most of the three examples
+    config = with_turn_caps(CompanyConfig.for_base(base), 5)
     largest = config.build.max_tasks * config.build.eval_cases_per_task  # the company's default task cap
     worst = (evaluations_worst_case(config.sft, largest) + evaluations_worst_case(config.rl, largest)
              + config.rl.steps * rl_step_worst_case(config.rl) + replay_worst_case(config))
@@ -451,7 +464,7 @@ def test_company_train_flags_set_the_parts_of_the_composed_config(tmp_path: Path
     assert config["sft"]["full"] is False and config["rl"]["full"] is False
     assert (config["rl"]["group_size"], config["rl"]["batch_size"], config["rl"]["steps"]) == (4, 4, 3)
     assert config["sft"]["grounding_repeats"] == 3 and config["sft"]["max_turns"] == config["rl"]["max_turns"] == 2
-    assert config["budgets"] == {"max_minutes": 5, "max_model_calls": 1188} and config["tiny"]["hidden_size"] == 32
+    assert config["budgets"] == {"max_minutes": 5, "max_model_calls": 2079} and config["tiny"]["hidden_size"] == 32
     refused = runner.invoke(app, [*common, "--group-size", "4", "--rl-batch-size", "6"])
     assert refused.exit_code != 0 and "multiple of rl.group_size" in str(refused.exception)
 
@@ -461,7 +474,7 @@ def test_company_train_help_shows_the_defaults_each_base_uses() -> None:
     text = " ".join(result.output.replace("│", " ").split())
     for flag, shown in (("--lr", "0.0002; --base-model tiny: 0.002"), ("--sft-epochs", "1.0; --base-model tiny: 3.0"),
                         ("--train-cases", "48; --base-model tiny: 400"), ("--tiny-vocab-size", "600"),
-                        ("--max-model-calls", "1188")):
+                        ("--max-model-calls", "2079")):
         assert flag in text and f"[default: ({shown})]" in text, flag
     assert "preset" in text and "5e-3" not in text and "2e-3" not in text
 

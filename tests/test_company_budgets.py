@@ -26,7 +26,7 @@ def test_a_time_budget_runs_out_inside_the_kit_build_and_a_resume_with_a_larger_
     assert job["outcome"]["stage"] == "qualify" and "ran out during stage qualify" in job["outcome"]["message"]
     progress = [e["message"] for e in job["events"] if e["stage"] == "qualify"]
     assert any(message.startswith(("load ", "mint ", "gate ")) for message in progress), progress
-    assert job["checkpoints"] == [] and job["budgets"] == {"max_minutes": 0.02, "max_model_calls": 1188, "raised": []}
+    assert job["checkpoints"] == [] and job["budgets"] == {"max_minutes": 0.02, "max_model_calls": 2079, "raised": []}
 
     runner = CliRunner()
     lowered = runner.invoke(app, ["jobs", "resume", job_id, "--job-store", str(tmp_path / "jobs"),

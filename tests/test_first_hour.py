@@ -140,7 +140,8 @@ def test_a_run_keeps_every_conversation_replayable_and_its_export_carries_a_real
         tiny = build_tiny_model(row_texts(rows), tmp_path / "tiny", TinyModelConfig(
             seed=3, hidden_size=32, num_layers=2, num_heads=2, vocab_size=600))
         config = TrainConfig(kit=kit_path, out=tmp_path / "run", base=str(tiny), method="sft", target="local-torch",
-                             full=True, max_turns=2, max_new_tokens=16, batch_size=2, max_minutes=1e-9)
+                             full=True, max_turns=2, short_episodes=True, max_new_tokens=16, batch_size=2,
+                             max_minutes=1e-9)
         report = run_training(config, kit, rows, plan(config, kit, rows, kit.path("sft.jsonl")), lambda line: None)
         world = kit.world().world.identity.id
     for label in ("base", "sft"):

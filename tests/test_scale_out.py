@@ -41,7 +41,7 @@ def _train(kit_path: Path, tiny: Path, out: Path, processes: int, stop: Any = No
            log: list[str] | None = None, **values: Any) -> dict[str, Any]:
     config = TrainConfig(**{"kit": kit_path, "base": str(tiny), "out": out, "method": "sft", "target": "local-torch",
                             "lora_rank": 4, "batch_size": 4, "epochs": 1, "learning_rate": 1e-3, "max_length": 2048,
-                            "eval_limit": 1, "max_turns": 1, "max_new_tokens": 8,
+                            "eval_limit": 1, "max_turns": 1, "short_episodes": True, "max_new_tokens": 8,
                             "local_torch": {"processes": processes}, **values})
     with open_kit(kit_path) as kit:
         rows = kit.rows()[:ROWS]

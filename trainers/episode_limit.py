@@ -26,23 +26,34 @@ def case_turns(case: KitCase) -> int:
     return len(case.task.reference) + len(case.task.turns) + 1
 
 
+def longest_case(kit: Kit) -> tuple[KitCase | None, int]:
+    """(the case of ``kit`` whose reference takes the most assistant turns, those turns) over both sides — GRPO
+    rolls out training cases, evaluation held-out ones; (None, 1) for a kit without cases."""
+    longest = max(kit.cases("train") + kit.cases("eval"), key=case_turns, default=None)
+    return longest, case_turns(longest) if longest is not None else 1
+
+
+def derived_cap(longest_case_turns: int) -> int:
+    """The turn cap derived from a kit whose longest case takes ``longest_case_turns`` assistant turns."""
+    return longest_case_turns + EPISODE_SLACK
+
+
 def episode_limit(config: TrainConfig, kit: Kit) -> tuple[TrainConfig, dict[str, Any]]:
     """``config`` with ``max_turns`` resolved against ``kit``'s cases (both sides: GRPO rolls out training cases,
     evaluation held-out ones), and the record plan.json keeps: the cap, whether it was derived, the turns the
     longest case needs and which, and how many cases the cap cuts. ConfigError for a set cap below what a case
     needs, unless ``config.short_episodes``."""
     cases = kit.cases("train") + kit.cases("eval")
-    longest = max(cases, key=case_turns, default=None)
-    needed = case_turns(longest) if longest is not None else 1
+    longest, needed = longest_case(kit)
     derived = config.max_turns is None
-    limit = needed + EPISODE_SLACK if config.max_turns is None else config.max_turns
+    limit = derived_cap(needed) if config.max_turns is None else config.max_turns
     cut = sum(1 for case in cases if case_turns(case) > limit)
     if cut and not config.short_episodes:
         assert longest is not None
         raise ConfigError(f"--max-turns {limit} is below the {needed} assistant turns case {longest.case_id} needs "
                           f"({len(longest.task.reference)} calls, {len(longest.task.turns)} customer turn(s) and the "
                           f"answer): {cut} of the kit's {len(cases)} cases could never pass. Leave --max-turns unset "
-                          f"(derived from the kit: {needed + EPISODE_SLACK}), or pass --short-episodes for a smoke "
+                          f"(derived from the kit: {derived_cap(needed)}), or pass --short-episodes for a smoke "
                           "run that accepts it")
     record = {"max_turns": limit, "derived": derived, "longest_case_turns": needed,
               "longest_case": longest.case_id if longest is not None else None, "cases_over_limit": cut,

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from blobkit.builder import BuildConfig
 from blobkit.demo import TRAIN_CASES_PER_TASK as DEMO_TRAIN_CASES
 from trainers.config import TrainConfig
+from trainers.episode_limit import derived_cap
 from trainers.tiny_model import TinyModelConfig
 
 TINY = "tiny"
@@ -40,10 +41,12 @@ TINY_BUILD: dict[str, Any] = {"train_cases_per_task": DEMO_TRAIN_CASES}
 """``--base-model tiny``: as many training cases per task as the demo's kit (a model trained from scratch needs many
 distinct cases). A real base keeps the builder's default."""
 
-COMPANY_TRAINING: dict[str, Any] = {"eval_limit": None, "max_turns": 4, "target": TARGET}
+COMPANY_TRAINING: dict[str, Any] = {"eval_limit": None, "max_turns": None, "target": TARGET}
 """Both stages. Every held-out case is evaluated, so the pass rates are over the entities ``company inspect``
 counted (the kit lists its held-out cases task by task: a limit would keep the first few tasks' cases only).
-Episodes run at most 4 turns. The company trains locally with torch (SFT and GRPO)."""
+The turn cap is derived from the kit once it is built (:func:`with_turn_caps`: its longest case's turns plus
+:data:`~trainers.episode_limit.EPISODE_SLACK`), so no held-out case is cut short. The company trains locally with
+torch (SFT and GRPO)."""
 
 COMPANY_SFT: dict[str, Any] = {"method": "sft"}
 """The first stage is supervised fine-tuning on the kit's executed rows."""
@@ -55,12 +58,13 @@ RL_PROMPTS_PER_STEP = 1
 """Training prompts per GRPO step: one, so a step is one group (``rl.batch_size`` = ``rl.group_size``) and the
 budget's worst case per step stays small."""
 
-DEFAULT_MODEL_CALLS = 1188
+DEFAULT_MODEL_CALLS = 2079
 """The default model-call budget: the worst case of a company job on the largest held-out set a company kit can
-hold at the builder's default task cap, 12 tasks x 6 cases = 72 (a higher ``--max-tasks`` needs a larger
-``--max-model-calls``): four evaluations (base and SFT in the SFT stage, GRPO's start and RL in the RL
-stage) of 72 cases at 4 turns (1,152 calls), four GRPO steps of one prompt x 2 attempts x 4 turns (32) and the
-replay (4). Fewer held-out cases leave the rest unspent: GRPO stops at its four steps."""
+hold at the builder's default task cap, 12 tasks x 6 cases = 72, at a 7-turn cap (the airline example's derived
+cap, the longest of the examples; a higher ``--max-tasks`` or longer cases need a larger ``--max-model-calls``):
+four evaluations (base and SFT in the SFT stage, GRPO's start and RL in the RL stage) of 72 cases at 7 turns
+(2,016 calls), four GRPO steps of one prompt x 2 attempts x 7 turns (56) and the replay (7). Fewer held-out
+cases or shorter cases leave the rest unspent: GRPO stops at its four steps."""
 
 
 def preset_name(base_model: str) -> str:
@@ -92,6 +96,15 @@ def _rl(preset: str, values: Mapping[str, Any]) -> TrainConfig:
     group = merged.get("group_size", TrainConfig.preset(preset).group_size)
     merged.setdefault("batch_size", RL_PROMPTS_PER_STEP * group)
     return TrainConfig.preset(preset, **merged)
+
+
+def with_turn_caps(config: CompanyConfig, longest_case_turns: int) -> CompanyConfig:
+    """``config`` with each stage's unset turn cap derived from a kit whose longest case takes
+    ``longest_case_turns`` assistant turns (:func:`trainers.episode_limit.derived_cap`); a set cap is kept."""
+    cap = derived_cap(longest_case_turns)
+    update = {name: stage.model_copy(update={"max_turns": cap})
+              for name, stage in (("sft", config.sft), ("rl", config.rl)) if stage.max_turns is None}
+    return config.model_copy(update=update)
 
 
 class CompanyConfig(BaseModel):

@@ -24,9 +24,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from blobkit.errors import JobError
+from trainers.episode_limit import longest_case
+from world_format.kit import open_kit
 
 from .budget import BUDGETS, JobBudget
-from .config import CompanyBudgets, CompanyConfig
+from .config import CompanyBudgets, CompanyConfig, with_turn_caps
 from .identity import job_identity
 from .results import assemble_results
 from .stages import CHECKS, STAGE_FUNCTIONS, STAGES, StageContext, StageOutcome, StageStopped
@@ -168,6 +170,8 @@ class Runner:
         done = self.store.checkpoints(self.job_id)
         for position, stage in enumerate(STAGES):
             self.stage = stage
+            if "qualify" in self.records:
+                self._resolve_turn_caps()
             if stage in done:
                 if not self._skip(stage, done[stage]):
                     return
@@ -180,6 +184,14 @@ class Runner:
                 return
         replay = self.records["replay"]["outcome"]
         self._end("succeeded", None, None, f"every stage completed; the replay {replay}")
+
+    def _resolve_turn_caps(self) -> None:
+        """Once the kit exists, derive the stages' unset turn caps from its longest case (the stages, the budget
+        checks and the replay read ``context.config``)."""
+        if self.context.config.sft.max_turns is not None and self.context.config.rl.max_turns is not None:
+            return
+        with open_kit(self.context.kit_dir) as kit:
+            self.context.config = with_turn_caps(self.context.config, longest_case(kit)[1])
 
     def _skip(self, stage: str, checkpoint: dict[str, Any]) -> bool:
         """Reuse a checkpointed stage; False (job failed) when its artifacts changed since."""
@@ -219,12 +231,12 @@ class Runner:
 
     def _model_calls_short(self, stage: str) -> str | None:
         """"max_model_calls" when the stage's worst case no longer fits the model-call budget."""
-        short = self.budget.short_for(stage, self.config, self.context.eval_cases())
+        short = self.budget.short_for(stage, self.context.config, self.context.eval_cases())
         if short is None:
             return None
         need, remaining = short
         self.say(stage, f"stage {stage} may need up to {need} model calls but {remaining} of "
-                 f"{self.config.budgets.max_model_calls} remain", "warning")
+                 f"{self.context.config.budgets.max_model_calls} remain", "warning")
         return "max_model_calls"
 
     # ------------------------------------------------------------------ endings

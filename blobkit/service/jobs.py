@@ -59,7 +59,8 @@ def create_job(store: ServiceStore, workspace: str, env_id: str, request: Traini
     else:
         config = recipes.worker_config(request)
         kit = ensure_kit(store, env, config.build)
-        config, plan = recipes.eval_plan(request, int(kit.record["eval_cases"]))
+        config, plan = recipes.eval_plan(request, int(kit.record["eval_cases"]),
+                                         int(kit.record["longest_case_turns"]))
         ref = KitRef(name=kit.name, download_url=jobs_url(env_id, job_id) + "/kit", sha256=kit.sha256, bytes=kit.bytes)
         assert env.source_sha256 is not None and env.source_form is not None and env.world is not None
         source = SourcePin(sha256=env.source_sha256, bytes=store.blobs.existing(env.source_sha256).stat().st_size,

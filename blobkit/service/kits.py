@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from blobkit.builder import BuildConfig, execute_build, write_kit
+from trainers.episode_limit import longest_case
 from world_format.canonical import canonical_json, sha256_hex
+from world_format.kit import open_kit
 
 from .records import Environment
 from .sources import materialize
@@ -51,10 +53,14 @@ def ensure_kit(store: ServiceStore, env: Environment, build: BuildConfig) -> Bui
     key = kit_key(env.source_sha256, build)
     row = store.conn.execute("SELECT sha256, bytes, name, record FROM kits WHERE key = ?", (key,)).fetchone()
     if row is not None and store.blobs.path(row[0]).is_file():
-        return BuiltKitRef(row[0], row[1], row[2], store.cell(row[3], f"kit {key[:16]}", "record"))
+        cached = store.cell(row[3], f"kit {key[:16]}", "record")
+        if "longest_case_turns" in cached:  # a record from before it was kept is built again
+            return BuiltKitRef(row[0], row[1], row[2], cached)
     with tempfile.TemporaryDirectory(prefix="blobkit-kit-") as tmp:
         path = materialize(source_bytes(store, env), env.source_form, Path(tmp) / "source")
         record = write_kit(execute_build(path, build), Path(tmp) / "kit")
+        with open_kit(Path(record["kit"]["path"])) as kit:
+            record["longest_case_turns"] = longest_case(kit)[1]
         archive = Path(record["kit"]["archive"])
         ref = store.blobs.put_file(archive)
         name = archive.name

@@ -15,6 +15,7 @@ from typing import Any
 from blobkit.builder import BuildConfig
 from blobkit.company import CompanyConfig
 from blobkit.company.budget import evaluations_worst_case, replay_worst_case, rl_step_worst_case
+from blobkit.company.config import with_turn_caps
 from blobkit.errors import ConfigError
 from world_format.canonical import canonical_json, sha256_hex
 
@@ -91,15 +92,17 @@ def cases_affordable(config: CompanyConfig, in_kit: int) -> int:
     return max((n for n in range(in_kit + 1) if worst_case(config, n) <= budget), default=0)
 
 
-def eval_plan(request: TrainingJobRequest, in_kit: int) -> tuple[CompanyConfig, EvalPlan]:
-    """The worker config with its evaluation plan; ConfigError when the budget cannot pay for one case."""
-    config = worker_config(request)
+def eval_plan(request: TrainingJobRequest, in_kit: int, longest_case_turns: int) -> tuple[CompanyConfig, EvalPlan]:
+    """The worker config with its evaluation plan, its turn caps derived from a kit of ``in_kit`` held-out cases
+    whose longest case takes ``longest_case_turns`` assistant turns; ConfigError when the budget cannot pay for
+    one case."""
+    config = with_turn_caps(worker_config(request), longest_case_turns)
     cases = cases_affordable(config, in_kit)
     if cases == 0:
         raise ConfigError(f"max_model_calls {config.budgets.max_model_calls} cannot pay for evaluating even one "
                           f"held-out case (the worst case of one is {worst_case(config, 1)} model calls); raise it")
     if cases < in_kit:
-        config = worker_config(request, eval_limit=cases)
+        config = with_turn_caps(worker_config(request, eval_limit=cases), longest_case_turns)
     plan = EvalPlan(held_out_cases_in_kit=in_kit, cases_evaluated=cases, evaluations=["base", "sft", "rl"],
                     max_turns=max(config.sft.turn_cap, config.rl.turn_cap),
                     worst_case_model_calls=worst_case(config, cases), replay=REPLAY)
