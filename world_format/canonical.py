@@ -12,10 +12,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+"""What ``json.dumps`` would build for these options on every call (the encoder keeps no state between calls)."""
+
 
 def canonical_json(value: Any) -> str:
     """Serialise ``value`` with sorted keys and fixed separators (no whitespace, UTF-8 kept)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _ENCODER.encode(value)
 
 
 def canonical_bytes(value: Any) -> bytes:
