@@ -18,13 +18,12 @@ large the seed is.
 from __future__ import annotations
 
 import sqlite3
-import threading
 from typing import Any
 
 from world_format.canonical import canonical_json
 from world_format.keys import key_expression, key_from_sql, key_parameters, key_where, normalize_key
 from world_format.models import Column, Step, Table, World
-from world_format.sqlguard import open_memory_copy
+from world_format.seed_copy import SeedCopy
 from world_format.state import quote_identifier
 
 Row = tuple[str, str]
@@ -69,16 +68,14 @@ class Entities:
     Each row is read when a lookup first needs it (by its primary key, through SQLite's index on it) and
     remembered, so a build that asks about a few thousand rows reads a few thousand rows, however large the seed.
     The lookups read a private, read-only copy of the seed taken when the object is made (later writes to
-    ``conn`` are not seen), so the object holds no connection its creator owns and may be shared (a lock
-    serialises the reads).
+    ``conn`` are not seen, :class:`world_format.seed_copy.SeedCopy`), so the object may be shared by runtimes.
     """
 
     def __init__(self, world: World, conn: sqlite3.Connection) -> None:
         self._world = world
         self._tables = {table.name: table for table in world.state.tables}
-        self._conn = open_memory_copy(conn.serialize())
-        self._conn.execute("PRAGMA query_only=ON")
-        self._lock = threading.Lock()
+        self.seed = SeedCopy(conn)
+        """The private copy of the seed every lookup reads (shared with other on-demand readers of the seed)."""
         self._keys: dict[Row, Any] = {}
         self._missing: set[Row] = set()
         self._parent: dict[Row, tuple[Row, Any] | None] = {}
@@ -88,10 +85,6 @@ class Entities:
                           for table, column in [target.split(".")]
                           if table in self._tables and column not in self._tables[table].key_columns}
 
-    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
-        with self._lock:
-            return self._conn.execute(sql, params).fetchall()
-
     def _column_values(self, table: Table, column: str) -> dict[Any, tuple[str, Any]]:
         """Each value of ``column`` to (canonical key, key) of the first row holding it, in the table's scan order
         (read once per column: for a reference or natural key that is no unique column)."""
@@ -99,7 +92,7 @@ class Entities:
         if found is None:
             name = quote_identifier(table.name)
             found = {}
-            for value, key in self._query(f"SELECT {quote_identifier(column)}, {key_expression(table, name)} "
+            for value, key in self.seed.rows(f"SELECT {quote_identifier(column)}, {key_expression(table, name)} "
                                           f"FROM {name}"):
                 normal = normalize_key(key_from_sql(table, key))
                 found.setdefault(value, (canonical_json(normal), normal))
@@ -120,8 +113,9 @@ class Entities:
         if not self._unique(table, column):
             return self._column_values(table, column).get(value)
         name = quote_identifier(table.name)
-        for found, key in self._query(f"SELECT {quote_identifier(column)}, {key_expression(table, name)} FROM {name} "
-                                      f"WHERE {quote_identifier(column)} = ?", (value,)):
+        column_sql = quote_identifier(column)
+        for found, key in self.seed.rows(f"SELECT {column_sql}, {key_expression(table, name)} FROM {name} "
+                                         f"WHERE {column_sql} = ?", (value,)):
             if found == value:
                 normal = normalize_key(key_from_sql(table, key))
                 return canonical_json(normal), normal
@@ -147,7 +141,7 @@ class Entities:
         if isinstance(key, dict) != table.composite or (table.composite and set(key) != set(table.key_columns)):
             return False
         found = [(stored, parent) for stored, parent in
-                 self._query(f"SELECT {key_expression(table, name)}{parent_select} FROM {name} WHERE "
+                 self.seed.rows(f"SELECT {key_expression(table, name)}{parent_select} FROM {name} WHERE "
                              f"{key_where(table)}", key_parameters(table, key))
                  if canonical_json(normalize_key(key_from_sql(table, stored))) == row[1]]
         if not found:
