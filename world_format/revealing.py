@@ -4,12 +4,13 @@ The procedure check (:mod:`world_format.procedure_check`) fails an agent that st
 only other customers hold. Which values a text states is found by their normalized text
 (:func:`world_format.values.normalize_text`), by first token. Most values of a natural key are their own normalized
 text (``ana.lee@example.com``): those are found by the column's index, one lookup per token of the text; the
-others (``Ana Lee``, ``ANA@EXAMPLE.COM``) are read and normalized once, found by a scan SQLite runs with a pattern
-that only their rows fail. A natural key without an index is read whole, once.
+others (``Ana Lee``, ``ANA@EXAMPLE.COM``) are normalized once, when the column is read (a pattern tells the two
+kinds apart without normalizing). A natural key without an index is normalized whole, once, as before.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .canonical import canonical_json
@@ -26,12 +27,14 @@ Holders = tuple[tuple[str, frozenset[str]], ...]
 """Values whose normalized text starts with one token, sorted: (normalized value, the customers holding it)."""
 
 
-def own_normal_form(column: str) -> str:
-    """SQL true only for a text value :func:`~world_format.values.normalize_text` leaves unchanged: lower-case
-    ASCII letters, digits, ``_`` and ``@``, with ``.`` and ``-`` only between word characters (no space)."""
-    v = quote_identifier(column)
-    return (f"(typeof({v}) = 'text' AND {v} <> '' AND {v} NOT GLOB '*[^a-z0-9_@.-]*' AND {v} NOT GLOB '[.-]*' "
-            f"AND {v} NOT GLOB '*[.-]' AND {v} NOT GLOB '*[^a-z0-9_][.-]*' AND {v} NOT GLOB '*[.-][^a-z0-9_]*')")
+OWN_NORMAL_FORM = re.compile(r"(?:[a-z0-9_@]|(?<=[a-z0-9_])[.-](?=[a-z0-9_]))+")
+"""A text :func:`~world_format.values.normalize_text` leaves unchanged (when it matches whole): lower-case ASCII
+letters, digits, ``_`` and ``@``, with ``.`` and ``-`` only between two of the others but ``@`` (no space)."""
+
+
+def own_normal_form(value: Any) -> bool:
+    """Whether ``value`` is text that is its own normalized text (:data:`OWN_NORMAL_FORM`)."""
+    return type(value) is str and OWN_NORMAL_FORM.fullmatch(value) is not None
 
 
 def _indexed(world: World, table: Table, column: str) -> bool:
@@ -52,18 +55,20 @@ class Revealing:
         self._looked_up = tuple(c for c in columns if _indexed(world, table, c))
         self._read: dict[str, dict[str, set[str]]] = {}
         for column in columns:
-            where = "" if column not in self._looked_up else f" WHERE NOT {own_normal_form(column)}"
-            self._add(column, where)
+            self._add(column, skip_own_normal_form=column in self._looked_up)
         self._tokens: dict[str, Holders] = {}
 
     def _customer(self, key: Any) -> str:
         return canonical_json(normalize_key(key_from_sql(self._table, key)))
 
-    def _add(self, column: str, where: str) -> None:
-        """Normalize and remember the values of ``column`` on the rows ``where`` selects (read once)."""
+    def _add(self, column: str, skip_own_normal_form: bool) -> None:
+        """Normalize and remember the values of ``column`` (read once), but those that are their own normalized
+        text when ``skip_own_normal_form`` (:meth:`holders` finds those by the column's index)."""
         name = quote_identifier(self._table.name)
         for key, value in self._seed.rows(f"SELECT {key_expression(self._table, name)}, {quote_identifier(column)} "
-                                          f"FROM {name}{where}"):
+                                          f"FROM {name}"):
+            if skip_own_normal_form and own_normal_form(value):
+                continue
             text = normalize_text(str(value)) if value is not None else ""
             if len(text) >= MIN_REVEALED_CHARS:
                 self._read.setdefault(text.split(" ", 1)[0], {}).setdefault(text, set()).add(self._customer(key))
@@ -78,10 +83,9 @@ class Revealing:
                 name = quote_identifier(self._table.name)
                 for column in self._looked_up:
                     rows = self._seed.rows(f"SELECT {key_expression(self._table, name)}, {quote_identifier(column)} "
-                                           f"FROM {name} WHERE {quote_identifier(column)} = ? AND "
-                                           f"{own_normal_form(column)}", (token,))
+                                           f"FROM {name} WHERE {quote_identifier(column)} = ?", (token,))
                     for key, value in rows:
-                        if value == token:
+                        if value == token and own_normal_form(value):
                             values.setdefault(token, set()).add(self._customer(key))
             found = tuple((text, frozenset(customers)) for text, customers in sorted(values.items()))
             self._tokens[token] = found
