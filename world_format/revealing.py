@@ -27,7 +27,7 @@ Holders = tuple[tuple[str, frozenset[str]], ...]
 """Values whose normalized text starts with one token, sorted: (normalized value, the customers holding it)."""
 
 
-OWN_NORMAL_FORM = re.compile(r"(?:[a-z0-9_@]|(?<=[a-z0-9_])[.-](?=[a-z0-9_]))+")
+OWN_NORMAL_FORM = re.compile(r"(?:[a-z0-9_@]*[a-z0-9_][.-](?=[a-z0-9_]))*[a-z0-9_@]+")
 """A text :func:`~world_format.values.normalize_text` leaves unchanged (when it matches whole): lower-case ASCII
 letters, digits, ``_`` and ``@``, with ``.`` and ``-`` only between two of the others but ``@`` (no space)."""
 
