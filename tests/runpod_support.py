@@ -13,6 +13,7 @@ from fake_runpod import FakeRunPod
 
 from blobkit.cli import main as cli_main
 from trainers.config import TrainConfig
+from trainers.plan_record import BaseRecord
 from trainers.runpod import RunPodSettings, train_runpod
 from trainers.runpod.api import RetryPolicy
 from world_format.kit import open_kit
@@ -56,9 +57,9 @@ def run(fake: FakeRunPod, tmp_path: Path, kit_path: Path, adapter: Path, *, sett
     train_config = TrainConfig(**{**values, **config})
     lines = log if log is not None else []
     with open_kit(kit_path) as kit:
-        return train_runpod(train_config, kit, [], {"base": {"source": "hub", "name_or_path": train_config.base}},
-                            lines.append, stop, settings=settings or settings_for(fake, tmp_path),
-                            environ={"RUNPOD_API_KEY": KEY})
+        hub = BaseRecord(source="hub", name_or_path=train_config.base, revision=None)
+        return train_runpod(train_config, kit, [], hub, None, lines.append, stop,
+                            settings=settings or settings_for(fake, tmp_path), environ={"RUNPOD_API_KEY": KEY})
 
 
 def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: list[str],

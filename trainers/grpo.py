@@ -50,6 +50,7 @@ from .evaluation import EpisodeResult, EvalSummary, run_episodes
 from .export import verify_export
 from .fit import FitResult
 from .generation import Decoded
+from .plan_record import PlanRecord
 from .ranks import World, gather, init_process_group
 from .report import paired
 from .turns import TurnPolicy, TurnRequest
@@ -126,10 +127,10 @@ class PolicySource:
         return None if self.base["source"] in ("local", "registry") else self.base.get("revision")
 
 
-def policy_source(config: TrainConfig, plan_record: dict[str, Any]) -> PolicySource:
+def policy_source(config: TrainConfig, plan_record: PlanRecord) -> PolicySource:
     """The start of the RL policy: ``--init-adapter`` (verified against its manifest) or the plan's base."""
     if config.init_adapter is None:
-        base = plan_record["base"]
+        base = plan_record.base.to_json()
         return PolicySource(base, None, base["name_or_path"])
     manifest = verify_export(config.init_adapter)
     if manifest["kind"] == "full":
@@ -281,7 +282,7 @@ class GRPOTrainer:
     end_label = "rl"
 
     def __init__(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]],
-                 plan_record: dict[str, Any]) -> None:
+                 plan_record: PlanRecord) -> None:
         self.config, self.kit = config, kit
         self.cases = rl_cases(kit, rows)
         assert_same_tools(rows, self.cases + kit.cases("eval")[: config.eval_limit])

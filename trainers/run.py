@@ -29,6 +29,7 @@ from .export import export_model, load_export, merge_export, verify_export
 from .fit import Trainer
 from .intervals import rate_text
 from .model_card import add_model_card, model_card
+from .plan_record import PlanRecord
 from .report import plot_training
 from .targets.registry import target_for
 from .tokenizable import Tokenizable, tokenizable_cases
@@ -83,7 +84,7 @@ def _pass_k(model: Any, tokenizer: Any, loaded: LoadedWorld, cases: list[KitCase
     return record.model_dump(mode="json")
 
 
-def run_training(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: dict[str, Any],
+def run_training(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: PlanRecord,
                  log: Log, stop: Stop | None = None) -> dict[str, Any]:
     """Run a validated, planned run on its target (:meth:`trainers.targets.base.Target.run`); every target returns
     (and writes) the eval.json record.

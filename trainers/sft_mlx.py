@@ -39,6 +39,7 @@ from .formats import apply_tool_format
 from .grounding import with_grounding_repeats
 from .lora import mlx_lora_parameters
 from .mlx_adapter import ADAPTER_CONFIG, MLX_WEIGHTS, block_module, mlx_to_peft
+from .plan_record import PlanRecord
 from .report import sft_report
 
 MAX_GRAD_NORM = 1.0
@@ -336,9 +337,9 @@ class MLXSFTTrainer:
     start_label, end_label = "base", "sft"
 
     def __init__(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]],
-                 plan_record: dict[str, Any]) -> None:
+                 plan_record: PlanRecord) -> None:
         import_mlx()
-        self.config, self.kit, self.base = config, kit, plan_record["base"]
+        self.config, self.kit, self.base = config, kit, plan_record.base.to_json()
         self.rows = with_grounding_repeats(rows, config.grounding_repeats, config.answer_quote_repeats)
         self.model_dir = local_model_dir(self.base)
 

@@ -28,6 +28,7 @@ from .formats import apply_tool_format
 from .grounding import with_grounding_repeats
 from .lora import peft_lora_config
 from .memory_estimate import micro_batch
+from .plan_record import PlanRecord
 from .ranks import DDP_TIMEOUT_SECONDS, World
 from .report import sft_report
 from .shared_prefix import NLL
@@ -346,8 +347,8 @@ class TorchSFTTrainer:
     start_label, end_label = "base", "sft"
 
     def __init__(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]],
-                 plan_record: dict[str, Any]) -> None:
-        self.config, self.kit, self.base = config, kit, plan_record["base"]
+                 plan_record: PlanRecord) -> None:
+        self.config, self.kit, self.base = config, kit, plan_record.base.to_json()
         self.rows = with_grounding_repeats(rows, config.grounding_repeats, config.answer_quote_repeats)
 
     def start_policy(self) -> tuple[Any, Any]:

@@ -237,7 +237,8 @@ def _train(ctx: StageContext, stage: str, config: TrainConfig) -> dict[str, Any]
         rows = kit.rows()
         plan_record = plan(config, kit, rows, kit.path("sft.jsonl"))
         report = run_training(config, kit, rows, plan_record, ctx.log(stage), ctx.stop)
-    return {"plan": {k: plan_record[k] for k in ("rows", "tokens", "estimated_optimizer_steps", "base")},
+    planned = plan_record.to_json()
+    return {"plan": {k: planned[k] for k in ("rows", "tokens", "estimated_optimizer_steps", "base")},
             "report": report}
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from trainers.config import TrainConfig
 from trainers.errors import ConfigError
+from trainers.plan_record import BaseRecord, RunPodLaunch
 from world_format.canonical import atomic_write_json
 from world_format.kit import Kit
 
@@ -78,10 +79,11 @@ def _run_job(client: RunPodClient, store: HttpStore, job: Job, bundle: Bundle, c
             registry.release(job.name)
 
 
-def train_runpod(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: dict[str, Any],
-                 log: Log, stop: Stop | None = None, *, settings: RunPodSettings | None = None,
-                 environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Run GRPO on a RunPod pod and return the pod's eval.json record (plus a ``runpod`` section).
+def train_runpod(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], base: BaseRecord,
+                 planned: RunPodLaunch | None, log: Log, stop: Stop | None = None, *,
+                 settings: RunPodSettings | None = None, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Run GRPO on a RunPod pod and return the pod's eval.json record (plus a ``runpod`` section); ``base`` and
+    ``planned`` (the launch, its price) are the plan's (:class:`~trainers.plan_record.PlanRecord`).
 
     Gates spend first (nothing is created on refusal), ships the bundle, creates the pod and
     watches it, collects verified results, and terminates the pod whatever happens.
@@ -89,7 +91,7 @@ def train_runpod(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan
     environ = os.environ if environ is None else environ
     settings = settings or RunPodSettings.from_env(environ)
     require_runnable(config)
-    quote = quote_from_plan(plan_record, config)
+    quote = quote_from_plan(planned, config)
     if (quote is None or quote.per_gpu_usd is None) and environ.get(API_KEY_ENV):
         quote = quote_price(config, settings, environ)
     check_spend_gate(config, environ, quote)
@@ -98,7 +100,7 @@ def train_runpod(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan
                           "can both reach; it carries the kit to the pod and the results back")
     quote = quote or PriceQuote(None, config.runpod.gpu_count, "unavailable")
     job = new_job(config.out)
-    bundle = build_bundle(config, kit, rows, plan_record, settings, job.work / "bundle.tar.gz")
+    bundle = build_bundle(config, kit, rows, base, settings, job.work / "bundle.tar.gz")
     store = HttpStore(settings.store_url, settings.store_token, retry=settings.retry)
     client = RunPodClient(environ[API_KEY_ENV], settings.api_url, retry=settings.retry)
     try:

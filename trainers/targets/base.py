@@ -20,37 +20,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
-
 if TYPE_CHECKING:
     from trainers.budget import Log, Stop
     from trainers.catalog import ResolvedBase
     from trainers.config import TrainConfig
     from trainers.fit import Trainer
     from trainers.grpo import GRPOBackend, PolicySource
+    from trainers.plan_record import PlanBasis, PlanRecord, TargetPlan
     from world_format.kit import Kit
-
-
-class TargetPlan(BaseModel):
-    """A target's part of a plan: what it needs, whether this machine has it, and the plan.json sections it adds."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
-
-    name: str
-    """The target's name (``--target``)."""
-    needs: tuple[str, ...]
-    """What the target needs to run, in words (a package, a platform, a key, a confirmation)."""
-    runs_here: bool
-    """Whether this machine (and environment) has everything in ``needs``."""
-    why_not: str | None = None
-    """What is missing here when ``runs_here`` is false, else None."""
-    sections: dict[str, Any] = {}
-    """plan.json sections the target adds beside the rest of the plan: ``cost`` (local-torch's CPU estimate),
-    ``unified_memory`` (local-mlx's), ``runpod`` (the launch, its price and maximum cost)."""
-
-    def record(self) -> dict[str, Any]:
-        """plan.json's ``target`` section (the sections go at the plan's top level)."""
-        return self.model_dump(mode="json", exclude={"sections"})
 
 
 class Target(ABC):
@@ -69,7 +46,7 @@ class Target(ABC):
         return frozenset()
 
     @abstractmethod
-    def plan(self, config: TrainConfig, kit: Kit, base: ResolvedBase, record: Mapping[str, Any],
+    def plan(self, config: TrainConfig, kit: Kit, base: ResolvedBase, record: PlanBasis,
              row_tokens: Sequence[int]) -> TargetPlan:
         """Needs, whether they are met here, and the cost sections, for a plan whose common part is ``record``
         (rows, tokens, base…); ``row_tokens`` is each row's token count (empty when the tokenizer is not here).
@@ -81,7 +58,7 @@ class Target(ABC):
         return None
 
     @abstractmethod
-    def run(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: dict[str, Any],
+    def run(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: PlanRecord,
             log: Log, stop: Stop | None) -> dict[str, Any]:
         """Train a planned run; return (and write) its eval.json record with a verified export in ``OUT/export``."""
 
@@ -92,7 +69,7 @@ class LocalTarget(Target):
 
     @abstractmethod
     def sft_trainer(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]],
-                    plan_record: dict[str, Any]) -> Trainer:
+                    plan_record: PlanRecord) -> Trainer:
         """The SFT :class:`~trainers.fit.Trainer` of this target."""
 
     @abstractmethod
@@ -100,7 +77,7 @@ class LocalTarget(Target):
         """The target's half of GRPO (:class:`~trainers.grpo.GRPOBackend`)."""
 
     def trainer(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]],
-                plan_record: dict[str, Any]) -> Trainer:
+                plan_record: PlanRecord) -> Trainer:
         """The :class:`~trainers.fit.Trainer` of ``config.method`` on this target."""
         if config.method == "grpo":
             from trainers.grpo import GRPOTrainer
@@ -108,7 +85,7 @@ class LocalTarget(Target):
             return GRPOTrainer(config, kit, rows, plan_record)
         return self.sft_trainer(config, kit, rows, plan_record)
 
-    def run(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: dict[str, Any],
+    def run(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: PlanRecord,
             log: Log, stop: Stop | None) -> dict[str, Any]:
         """The run skeleton here, with this target's trainer."""
         from trainers.run import run_skeleton
