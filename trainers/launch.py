@@ -38,6 +38,7 @@ from world_format.kit import Kit
 from .budget import Budget, Log
 from .config import TrainConfig
 from .errors import TrainerError
+from .eval_record import TrainingReport
 from .evaluation import EvalSummary
 from .fit import FitResult, Trainer
 from .plan_record import PlanRecord, WorldSection
@@ -223,6 +224,6 @@ class LaunchedTrainer:
         """The fit in the ranks."""
         return launch_fit(self.config, self.kit, self.rows, self.plan_record, budget, log)
 
-    def report(self, start: EvalSummary, end: EvalSummary, fit: FitResult) -> dict[str, Any]:
+    def report(self, start: EvalSummary, end: EvalSummary, fit: FitResult) -> TrainingReport:
         """The wrapped trainer's report."""
         return self.trainer.report(start, end, fit)

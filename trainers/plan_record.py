@@ -4,44 +4,22 @@
 rollout budget); a target adds :class:`PlanSections` (its estimates and launch) and :class:`TargetInfo`;
 :class:`PlanRecord` is all of it, as plan.json holds it. The records are strict (an unknown key is an error), and
 :meth:`PlanRecord.to_json` gives exactly the JSON the planner wrote before these records existed: a section that
-does not apply is absent, not null (each record's ``_omitted`` names those fields).
+does not apply is absent, not null (each record's ``_omitted`` names those fields, :class:`~trainers.record.Record`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Literal
-
-from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
+from typing import Literal
 
 from world_format.canonical import atomic_write_json
 
 from .config import TrainConfig
 from .memory_estimate import MemoryEstimate
+from .record import Record
 
 
-class PlanPart(BaseModel):
-    """Base of the plan records: frozen, unknown fields refused, docstrings as descriptions; the fields named in
-    ``_omitted`` are left out of the JSON when they are None (plan.json never held them as null)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
-    _omitted: ClassVar[frozenset[str]] = frozenset()
-
-    @model_serializer(mode="wrap")
-    def _leave_out_absent(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def,unused-ignore]
-        # no return annotation: pydantic then takes the serialization schema from the fields (Any would make it {})
-        data = handler(self)
-        for name in self._omitted:
-            if data.get(name) is None:
-                data.pop(name, None)
-        return data
-
-    def to_json(self) -> dict[str, Any]:
-        """The record as plan.json holds it."""
-        return dict(self.model_dump(mode="json"))
-
-
-class BaseRecord(PlanPart):
+class BaseRecord(Record):
     """Where the base comes from (:meth:`trainers.catalog.ResolvedBase.record`); also in checkpoints and exports."""
 
     _omitted = frozenset({"id", "sha256", "origin"})
@@ -59,7 +37,7 @@ class BaseRecord(PlanPart):
     """A registry base's package, version, file and its sha256."""
 
 
-class ProbeRecord(PlanPart):
+class ProbeRecord(Record):
     """What the base's own chat template did with the probe conversation (:mod:`trainers.formats.probe`)."""
 
     renders_tools: bool
@@ -72,7 +50,7 @@ class ProbeRecord(PlanPart):
     """Why rendering failed, if it did."""
 
 
-class ChosenFormat(PlanPart):
+class ChosenFormat(Record):
     """The tool format chosen for the base, once its tokenizer is loaded (:class:`trainers.formats.Choice`)."""
 
     name: str
@@ -85,7 +63,7 @@ class ChosenFormat(PlanPart):
     """Where the format's template comes from."""
 
 
-class PendingFormat(PlanPart):
+class PendingFormat(Record):
     """The tool format asked for, when the base's tokenizer is not on this machine (chosen when it is loaded)."""
 
     name: str
@@ -94,7 +72,7 @@ class PendingFormat(PlanPart):
     """Why it is not chosen yet."""
 
 
-class Tokenized(PlanPart):
+class Tokenized(Record):
     """Token counts of the rows under the chosen tool format."""
 
     tokenized: Literal[True]
@@ -113,7 +91,7 @@ class Tokenized(PlanPart):
     """1-based rows longer than ``max_length`` (a plan with any is refused)."""
 
 
-class NotTokenized(PlanPart):
+class NotTokenized(Record):
     """The rows could not be counted here."""
 
     tokenized: Literal[False]
@@ -122,7 +100,7 @@ class NotTokenized(PlanPart):
     """Why not."""
 
 
-class EpisodeLimit(PlanPart):
+class EpisodeLimit(Record):
     """The turn cap resolved against the kit (:func:`trainers.episode_limit.episode_limit`)."""
 
     max_turns: int
@@ -139,7 +117,7 @@ class EpisodeLimit(PlanPart):
     """Turns added to the longest case when derived, else None."""
 
 
-class RolloutBudget(PlanPart):
+class RolloutBudget(Record):
     """The most model calls GRPO's planned steps may make."""
 
     max_model_calls: int
@@ -152,7 +130,7 @@ class RolloutBudget(PlanPart):
     """``--max-model-calls`` (None: no limit)."""
 
 
-class CpuCost(PlanPart):
+class CpuCost(Record):
     """Estimated minutes of SFT on this machine's CPU (:func:`trainers.plan.cpu_cost`)."""
 
     estimated: Literal[True]
@@ -169,7 +147,7 @@ class CpuCost(PlanPart):
     """How the figure was made, and how rough it is."""
 
 
-class NotEstimated(PlanPart):
+class NotEstimated(Record):
     """An estimate that was not made, and why."""
 
     estimated: Literal[False]
@@ -178,7 +156,7 @@ class NotEstimated(PlanPart):
     """Why not."""
 
 
-class UnifiedMemory(PlanPart):
+class UnifiedMemory(Record):
     """local-mlx's unified-memory estimate for Apple silicon (:func:`trainers.memory.unified_memory_estimate`)."""
 
     _omitted = frozenset({"parts_gb"})
@@ -192,7 +170,7 @@ class UnifiedMemory(PlanPart):
     """The estimate's parts, for a base on disk."""
 
 
-class Transfer(PlanPart):
+class Transfer(Record):
     """How a RunPod run's files travel."""
 
     store: str | None
@@ -203,7 +181,7 @@ class Transfer(PlanPart):
     """What comes back, and how it is checked."""
 
 
-class RunPodLaunch(PlanPart):
+class RunPodLaunch(Record):
     """The RunPod launch (:func:`trainers.runpod.price.launch_plan`): GPU, image, commands, limits, price."""
 
     api: str
@@ -252,7 +230,7 @@ class RunPodLaunch(PlanPart):
     """What still stands between this config and a launch (empty: it can launch)."""
 
 
-class WorldSection(PlanPart):
+class WorldSection(Record):
     """local-torch's processes (:meth:`trainers.launch.WorldPlan.record`)."""
 
     world_size: int | None
@@ -267,7 +245,7 @@ class WorldSection(PlanPart):
     """How the ranks share the work."""
 
 
-class TargetInfo(PlanPart):
+class TargetInfo(Record):
     """plan.json's ``target``: what the target needs and whether this machine has it."""
 
     name: str
@@ -280,7 +258,7 @@ class TargetInfo(PlanPart):
     """What is missing here when ``runs_here`` is false, else None."""
 
 
-class PlanBasis(PlanPart):
+class PlanBasis(Record):
     """The part of a plan every target shares; what :meth:`trainers.targets.base.Target.plan` is given."""
 
     _omitted = frozenset({"rollout_budget"})
@@ -312,7 +290,7 @@ class PlanBasis(PlanPart):
     """GRPO only: the most model calls its steps may make."""
 
 
-class PlanSections(PlanPart):
+class PlanSections(Record):
     """The sections a target adds at the plan's top level (each absent when the target gives none)."""
 
     _omitted = frozenset({"cost", "memory", "unified_memory", "runpod", "world"})

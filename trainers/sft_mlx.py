@@ -33,6 +33,7 @@ from .base_identity import pinned_base_path
 from .budget import Budget, Log, Stop
 from .config import TrainConfig
 from .errors import ConfigError, TargetUnavailableError, TrainerError
+from .eval_record import TrainingReport
 from .evaluation import EvalSummary
 from .fit import FitResult
 from .formats import apply_tool_format
@@ -358,6 +359,6 @@ class MLXSFTTrainer:
         return FitResult(checkpoint, "lora", self.base, result.optimizer_steps, result.train_seconds,
                          result.loss_history, result.stopped_by)
 
-    def report(self, start: EvalSummary, end: EvalSummary, fit: FitResult) -> dict[str, Any]:
+    def report(self, start: EvalSummary, end: EvalSummary, fit: FitResult) -> TrainingReport:
         """Base and SFT on the same held-out cases (the same record as local-torch's)."""
         return sft_report(start, end, fit, self.kit.sha256)

@@ -22,6 +22,7 @@ from world_format.kit import Kit
 from .budget import Budget, Log, Stop
 from .config import TrainConfig
 from .errors import ConfigError, ToolFormatError, TrainerError
+from .eval_record import TrainingReport
 from .evaluation import EvalSummary
 from .fit import FitResult
 from .formats import apply_tool_format
@@ -373,6 +374,6 @@ class TorchSFTTrainer:
         return FitResult(checkpoint, result.kind, self.base, result.optimizer_steps, result.train_seconds,
                          result.loss_history, result.stopped_by)
 
-    def report(self, start: EvalSummary, end: EvalSummary, fit: FitResult) -> dict[str, Any]:
+    def report(self, start: EvalSummary, end: EvalSummary, fit: FitResult) -> TrainingReport:
         """Base and SFT on the same held-out cases."""
         return sft_report(start, end, fit, self.kit.sha256)

@@ -19,9 +19,7 @@ from pydantic import ValidationError
 
 from blobkit.errors import ConfigError, TargetUnavailableError
 from trainers.config import PRESETS, TrainConfig, read_json_object
-from trainers.intervals import rate_text
-from trainers.paired import PairedComparison
-from trainers.pass_k import PassK
+from trainers.eval_record import SFTReport, TrainingReport
 from trainers.plan_record import CpuCost, PlanRecord, Tokenized
 from trainers.tiny_model import TinyModelConfig
 
@@ -92,15 +90,16 @@ def _rows(config: TrainConfig, kit: Any) -> tuple[list[dict[str, Any]], Path]:
         raise ConfigError(f"cannot read SFT rows: {exc}") from None
 
 
-def _summary_line(result: dict[str, Any], out: Path) -> str:
-    rates = " -> ".join(f"{name} {rate_text(result[name])}" for name in ("base", "sft", "rl") if name in result)
-    stopped = f"; stopped by {result['stopped_by']}" if result.get("stopped_by") else ""
-    compared = [result.get("sft_vs_base")] + [result[key].get("paired") for key in result
-                                              if key.startswith("rl_minus_") and isinstance(result[key], dict)]
-    rates += "".join(f"; {PairedComparison.model_validate(record).text()}" for record in compared if record)
-    rates += "".join(f"; {name} {PassK.model_validate(result[name]['pass_hat_k']).text()}"
-                     for name in ("sft", "rl") if "pass_hat_k" in result.get(name, {}))
-    return (f"held-out pass rates {rates}; {result['optimizer_updates']} optimizer updates{stopped}; "
+def _summary_line(result: TrainingReport, out: Path) -> str:
+    evaluations = result.evaluations()
+    rates = " -> ".join(f"{name} {record.text()}" for name, record in evaluations.items())
+    stopped = f"; stopped by {result.stopped_by}" if result.stopped_by else ""
+    compared = ([result.sft_vs_base] if isinstance(result, SFTReport) else
+                [delta.paired for delta in (result.rl_minus_base, result.rl_minus_sft) if delta is not None])
+    rates += "".join(f"; {record.text()}" for record in compared if record)
+    rates += "".join(f"; {name} {record.pass_hat_k.text()}" for name, record in evaluations.items()
+                     if name in ("sft", "rl") and record.pass_hat_k is not None)
+    return (f"held-out pass rates {rates}; {result.optimizer_updates} optimizer updates{stopped}; "
             f"export in {out / 'export'}")
 
 
@@ -186,17 +185,16 @@ def train(config_file: Path | None = typer.Option(None, "--config", help="A JSON
             third_party_output(config.out / "train.log", verbose), open_kit(config.kit) as opened:
         rows, data_path = _rows(config, opened)
         record = plan(config, opened, rows, data_path)
-        if config.dry_run:
-            result: dict[str, Any] = record.to_json()
-        else:
+        result: PlanRecord | TrainingReport = record
+        if not config.dry_run:
             interrupts.check("planning", written="only plan.json was written")
             # TRL and transformers print progress dicts on stdout; keep stdout for the result alone
             with contextlib.redirect_stdout(sys.stderr):
                 result = run_training(config, opened, rows, record, to_stderr, stop=interrupts.reason)
     if as_json:
-        echo_json(result)
-    elif config.dry_run:
-        typer.echo(_plan_line(record, config.out, refusal))
+        echo_json(result.to_json())
+    elif isinstance(result, PlanRecord):
+        typer.echo(_plan_line(result, config.out, refusal))
     else:
         typer.echo(_summary_line(result, config.out))
     if interrupts.received:

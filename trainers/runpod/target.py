@@ -16,6 +16,7 @@ from typing import Any
 
 from trainers.config import TrainConfig
 from trainers.errors import ConfigError
+from trainers.eval_record import GRPOReport, RunPodRun
 from trainers.plan_record import BaseRecord, RunPodLaunch
 from world_format.canonical import atomic_write_json
 from world_format.kit import Kit
@@ -45,16 +46,16 @@ def require_runnable(config: TrainConfig) -> Path:
 
 
 def _run_record(job: Job, pod_id: str, config: TrainConfig, quote: PriceQuote, bundle: Bundle,
-                started: float) -> dict[str, Any]:
+                started: float, results_sha256: str) -> RunPodRun:
     seconds = round(time.monotonic() - started, 1)
     cost = None if quote.hourly_usd is None else round(quote.hourly_usd * seconds / 3600, 4)
-    return {"job_id": job.id, "pod_id": pod_id, "pod_name": job.name, "gpu_type": config.runpod.gpu_type,
-            "gpu_count": config.runpod.gpu_count, "hourly_price_usd": quote.hourly_usd, "seconds": seconds,
-            "estimated_cost_usd": cost, "bundle_sha256": bundle.sha256}
+    return RunPodRun(job_id=job.id, pod_id=pod_id, pod_name=job.name, gpu_type=config.runpod.gpu_type,
+                     gpu_count=config.runpod.gpu_count, hourly_price_usd=quote.hourly_usd, seconds=seconds,
+                     estimated_cost_usd=cost, bundle_sha256=bundle.sha256, results_sha256=results_sha256)
 
 
 def _run_job(client: RunPodClient, store: HttpStore, job: Job, bundle: Bundle, config: TrainConfig,
-             settings: RunPodSettings, quote: PriceQuote, log: Log, stop: Stop | None) -> dict[str, Any]:
+             settings: RunPodSettings, quote: PriceQuote, log: Log, stop: Stop | None) -> GRPOReport:
     registry = JobRegistry(settings.state_dir)
     registry.claim(job.name, pod_id=None)
     pod_id: str | None = None
@@ -69,11 +70,10 @@ def _run_job(client: RunPodClient, store: HttpStore, job: Job, bundle: Bundle, c
         atomic_write_json(job.work / "job.json", {"job_id": job.id, "pod_id": pod_id, "pod_name": job.name,
                                                   "bundle_sha256": bundle.sha256})
         done = Watch(client, store, job, pod_id, config, settings, log, stop, registry, created=started).run()
-        report = collect_results(store, job, done, bundle, config.out)
-        record = {**_run_record(job, pod_id, config, quote, bundle, started), "results_sha256": report.pop(
-            "results_sha256")}
-        atomic_write_json(job.work / "run.json", record)
-        return {**report, "runpod": record}
+        report, digest = collect_results(store, job, done, bundle, config.out)
+        record = _run_record(job, pod_id, config, quote, bundle, started, digest)
+        atomic_write_json(job.work / "run.json", record.to_json())
+        return report.model_copy(update={"runpod": record})
     finally:
         if terminate(client, pod_id, job.name, log):
             registry.release(job.name)
@@ -81,7 +81,7 @@ def _run_job(client: RunPodClient, store: HttpStore, job: Job, bundle: Bundle, c
 
 def train_runpod(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], base: BaseRecord,
                  planned: RunPodLaunch | None, log: Log, stop: Stop | None = None, *,
-                 settings: RunPodSettings | None = None, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+                 settings: RunPodSettings | None = None, environ: Mapping[str, str] | None = None) -> GRPOReport:
     """Run GRPO on a RunPod pod and return the pod's eval.json record (plus a ``runpod`` section); ``base`` and
     ``planned`` (the launch, its price) are the plan's (:class:`~trainers.plan_record.PlanRecord`).
 

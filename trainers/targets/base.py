@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from trainers.budget import Log, Stop
     from trainers.catalog import ResolvedBase
     from trainers.config import TrainConfig
+    from trainers.eval_record import TrainingReport
     from trainers.fit import Trainer
     from trainers.grpo import GRPOBackend, PolicySource
     from trainers.plan_record import PlanBasis, PlanRecord, TargetPlan
@@ -59,7 +60,7 @@ class Target(ABC):
 
     @abstractmethod
     def run(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: PlanRecord,
-            log: Log, stop: Stop | None) -> dict[str, Any]:
+            log: Log, stop: Stop | None) -> TrainingReport:
         """Train a planned run; return (and write) its eval.json record with a verified export in ``OUT/export``."""
 
 
@@ -86,7 +87,7 @@ class LocalTarget(Target):
         return self.sft_trainer(config, kit, rows, plan_record)
 
     def run(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: PlanRecord,
-            log: Log, stop: Stop | None) -> dict[str, Any]:
+            log: Log, stop: Stop | None) -> TrainingReport:
         """The run skeleton here, with this target's trainer."""
         from trainers.run import run_skeleton
 

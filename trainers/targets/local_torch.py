@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from trainers.budget import Log, Stop
     from trainers.catalog import ResolvedBase
     from trainers.config import TrainConfig
+    from trainers.eval_record import TrainingReport
     from trainers.fit import Trainer
     from trainers.grpo import GRPOBackend, PolicySource
     from trainers.plan_record import PlanBasis, PlanRecord, TargetPlan
@@ -105,7 +106,7 @@ class LocalTorch(LocalTarget):
                           sections=sections)
 
     def run(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: PlanRecord,
-            log: Log, stop: Stop | None) -> dict[str, Any]:
+            log: Log, stop: Stop | None) -> TrainingReport:
         """The run skeleton here; with --processes N (or --launcher accelerate) its fit runs in launched ranks
         (:mod:`trainers.launch`), each building this target's :meth:`trainer`."""
         if not config.local_torch.launched:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from trainers.budget import Log, Stop
     from trainers.catalog import ResolvedBase
     from trainers.config import TrainConfig
+    from trainers.eval_record import TrainingReport
     from trainers.plan_record import PlanBasis, PlanRecord, TargetPlan
     from world_format.kit import Kit
 
@@ -78,7 +79,7 @@ class RunPod(Target):
         gate_spend(config, environ)
 
     def run(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: PlanRecord,
-            log: Log, stop: Stop | None) -> dict[str, Any]:
+            log: Log, stop: Stop | None) -> TrainingReport:
         """Ship the bundle, run GRPO on the pod, collect the verified results, terminate the pod."""
         from trainers.runpod import train_runpod
 
