@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from pydantic import ValidationError
 
 from blobkit.errors import ChecksumError, ConfigError, TargetUnavailableError
 from trainers.catalog import CATALOG, resolve_base
@@ -17,6 +18,7 @@ from trainers.plan_record import PlanRecord
 from trainers.run import run_training
 from trainers.targets.local_torch import LocalTorchSettings
 from trainers.targets.runpod import RunPodTargetSettings
+from world_format.canonical import canonical_bytes
 from world_format.kit import open_kit
 
 
@@ -70,7 +72,12 @@ def test_dry_run_writes_a_plan(kit_path: Path, tmp_path: Path) -> None:
         record = plan(config, kit, rows, kit.path("sft.jsonl"))
     saved = json.loads((tmp_path / "plan.json").read_text())
     assert saved == record.to_json() and record.rows == len(rows) and record.vram_estimate_gb == 4
-    assert PlanRecord.read(tmp_path / "plan.json") == record  # plan.json reads back as the record it was
+    again = PlanRecord.read(tmp_path / "plan.json")  # plan.json reads back as the record it was, byte for byte
+    assert again == record and canonical_bytes(again.to_json()) + b"\n" == (tmp_path / "plan.json").read_bytes()
+    assert "rollout_budget" not in saved and "unsupported" not in saved  # what does not apply is absent, not null
+    (tmp_path / "plan.json").write_text(json.dumps({**saved, "surprise": 1}))
+    with pytest.raises(ValidationError, match="surprise"):
+        PlanRecord.read(tmp_path / "plan.json")
 
 
 def _bad_rows(rows: list[dict[str, Any]], change: str) -> list[dict[str, Any]]:
