@@ -13,8 +13,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from trainers.eval_record import Delta, RateRecord, Refusal
+from trainers.eval_record import Delta, RateRecord, Refusal, TrainingReport
 from trainers.pass_k import PassK
+from trainers.plan_record import BaseRecord, NotTokenized, Tokenized
+from trainers.record import Record as FileRecord
 
 
 class Record(BaseModel):
@@ -120,6 +122,35 @@ class ReplayOutcome(Record):
     """Why the process failed (outcome error)."""
     claims: str | None = None
     """What the replay shows, and what it does not."""
+
+
+class PlannedRun(FileRecord):
+    """What a training stage keeps of its plan.json (the whole plan is the stage's ``plan`` artifact)."""
+
+    rows: int
+    """Training rows."""
+    tokens: Tokenized | NotTokenized
+    """Their token counts, when the base's tokenizer is here."""
+    estimated_optimizer_steps: int
+    """Optimizer steps the plan expects."""
+    base: BaseRecord
+    """Where the base comes from."""
+
+
+class TrainingStage(FileRecord):
+    """The record of the ``sft`` or ``rl`` stage of a company job, as the job store keeps it."""
+
+    _omitted = frozenset({"rollout_model_calls_allowed"})
+    plan: PlannedRun
+    """The plan's figures."""
+    report: TrainingReport
+    """The run's eval.json."""
+    model_calls: int
+    """Model calls the stage made (its evaluations, and GRPO's rollouts)."""
+    model_calls_exact: bool
+    """Whether ``model_calls`` is counted (else an upper bound)."""
+    rollout_model_calls_allowed: int | None = None
+    """The rl stage: the rollout calls the job's budget allowed it."""
 
 
 def typed_results(results: dict[str, Any]) -> JobResults:
