@@ -11,7 +11,8 @@ A target says where a run happens. It answers three questions and does one thing
 The CLI, :mod:`trainers.plan`, :mod:`trainers.run` and the company pipeline ask the target
 (:func:`trainers.targets.registry.target_for`); none compares a target's name. A new target is one module
 holding its :class:`Target` subclass (and its settings model, a nested section of ``TrainConfig``) plus
-one line in :mod:`trainers.targets.registry`.
+one line in :mod:`trainers.targets.registry`; a target whose plan adds a section of a new kind also types it in
+:class:`trainers.plan_record.PlanSections` (plan.json is one strict record, so an untyped section is refused).
 """
 
 from __future__ import annotations
