@@ -147,12 +147,12 @@ def test_a_run_keeps_every_conversation_replayable_and_its_export_carries_a_real
     for label in ("base", "sft"):
         path = tmp_path / "run" / f"eval_cases_{label}.jsonl"
         lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-        assert len(lines) == report[label]["cases"] and all(line["agent"] == label for line in lines)
+        assert len(lines) == report.evaluations()[label].cases and all(line["agent"] == label for line in lines)
         assert all(line["messages"][0]["role"] == "system" for line in lines)
         rescored = CliRunner().invoke(app, ["eval", "--kit", str(kit_path), "--trajectories", str(path), "--json",
                                             "--min-pass-rate", "0"])
         summary = json.loads(rescored.stdout)["summary"]
-        assert rescored.exit_code == 0 and summary["passed"] == report[label]["passed"], rescored.output
+        assert rescored.exit_code == 0 and summary["passed"] == report.evaluations()[label].passed, rescored.output
     manifest = verify_export(tmp_path / "run" / "export")  # the card is listed and checksummed
     assert "README.md" in manifest["files"]
     card = (tmp_path / "run" / "export" / "README.md").read_text(encoding="utf-8")

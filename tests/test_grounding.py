@@ -110,8 +110,8 @@ def test_the_plan_counts_grounding_examples_in_the_optimizer_steps_and_they_vali
         config = TrainConfig(kit=kit_path, base="Qwen/Qwen2.5-0.5B-Instruct", method="sft", target="local-torch",
                              out=tmp_path / "plan", dry_run=True, batch_size=4, epochs=1, grounding_repeats=3)
         planned = plan(config, kit, rows, kit.path("sft.jsonl"))
-    assert planned["rows"] == len(rows) and planned["grounding_examples"] == 3 * len(examples)
-    assert planned["estimated_optimizer_steps"] == -(-(len(rows) + 3 * len(examples)) // 4)
+    assert planned.rows == len(rows) and planned.grounding_examples == 3 * len(examples)
+    assert planned.estimated_optimizer_steps == -(-(len(rows) + 3 * len(examples)) // 4)
 
 
 def total_row(total: str, user_says: str = "What is the total of order 51264?") -> dict[str, Any]:

@@ -22,10 +22,12 @@ from blobkit.errors import TrainerError  # noqa: E402
 from trainers.budget import Budget  # noqa: E402
 from trainers.config import TrainConfig  # noqa: E402
 from trainers.episode_decode import ModelTurns  # noqa: E402
+from trainers.eval_record import GRPOReport  # noqa: E402
 from trainers.formats import FORMATS  # noqa: E402
 from trainers.generation import Decoded  # noqa: E402
 from trainers.grpo import SerialPolicy, advantages, assert_same_tools, rl_cases, rollout  # noqa: E402
 from trainers.grpo_torch import policy_loss  # noqa: E402
+from trainers.plan import plan  # noqa: E402
 from trainers.run import run_training  # noqa: E402
 from trainers.tiny_model import TinyModelConfig, build_tiny_model, row_texts  # noqa: E402
 from world_format.canonical import canonical_json  # noqa: E402
@@ -190,11 +192,13 @@ def test_a_model_call_budget_stops_grpo_cleanly_and_keeps_its_evidence(retail_ki
     config = TrainConfig(kit=retail_kit.root, base=str(tiny), method="grpo", target=target, out=tmp_path,
                          steps=5, batch_size=2, group_size=2, max_turns=2, short_episodes=True, max_new_tokens=8,
                          eval_limit=2, max_model_calls=6, learning_rate=1e-3)
-    plan_record = {"base": {"source": "local", "name_or_path": str(tiny), "revision": None}}
-    report = run_training(config, retail_kit, retail_kit.jsonl("sft.jsonl"), plan_record, lambda line: None)
+    rows = retail_kit.jsonl("sft.jsonl")
+    report = run_training(config, retail_kit, rows, plan(config, retail_kit, rows, retail_kit.path("sft.jsonl")),
+                          lambda line: None)
     # a step may make up to 1 prompt x 2 attempts x 2 turns = 4 calls: it only starts if that fits in 6
-    assert report["stopped_by"] == "max_model_calls" and 1 <= report["steps_completed"] < 5
-    assert report["model_calls"] <= 6 < report["model_calls"] + 4
+    assert isinstance(report, GRPOReport)
+    assert report.stopped_by == "max_model_calls" and 1 <= report.steps_completed < 5
+    assert report.model_calls <= 6 < report.model_calls + 4
     saved = json.loads((tmp_path / "eval.json").read_text())
     assert saved["stopped_by"] == "max_model_calls" and "rl" in saved and "rl_minus_base" in saved
     assert set(saved) == {"base", "rl", "rl_minus_base", "optimizer_updates", "steps_completed", "steps_planned",
@@ -205,5 +209,5 @@ def test_a_model_call_budget_stops_grpo_cleanly_and_keeps_its_evidence(retail_ki
     assert (tmp_path / "training.png").is_file() and (tmp_path / "eval_cases_rl.json").is_file()
     assert (tmp_path / "export" / "manifest.json").is_file()
     steps = (tmp_path / "rl_steps.jsonl").read_text().splitlines()
-    assert len(steps) == report["steps_completed"]
-    assert sum(json.loads(line)["model_calls"] for line in steps) == report["model_calls"]
+    assert len(steps) == report.steps_completed
+    assert sum(json.loads(line)["model_calls"] for line in steps) == report.model_calls

@@ -76,7 +76,8 @@ def _train_until(kit: Path, base: Path, out: Path, line: str, signal_name: str) 
     process = subprocess.Popen(
         [sys.executable, "-m", "blobkit.cli", "train", "--world", str(kit), "--base", str(base), "--out", str(out),
          "--method", "sft", "--target", "local-torch", "--full", "--epochs", "200", "--batch-size", "1",
-         "--eval-limit", "1", "--max-turns", "1", "--short-episodes", "--max-new-tokens", "8"],
+         "--eval-limit", "1", "--max-turns", "1", "--short-episodes", "--max-new-tokens", "8",
+         "--verbose"],  # the Hugging Face progress bars on stderr: the SIGINT case waits for "Loading weights"
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert process.stderr is not None

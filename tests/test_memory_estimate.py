@@ -15,7 +15,7 @@ import pytest
 
 from trainers.config import TrainConfig
 from trainers.errors import ConfigError
-from trainers.memory_estimate import Arch, estimate_bytes, micro_batch, sft_memory_estimate
+from trainers.memory_estimate import Arch, MemoryEstimate, estimate_bytes, micro_batch, sft_memory_estimate
 
 SMOLLM2 = {"num_hidden_layers": 30, "hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9,
            "num_key_value_heads": 3, "head_dim": 64, "vocab_size": 49152}
@@ -75,10 +75,11 @@ def test_a_dry_run_refuses_a_kit_of_long_rows_that_will_not_fit_and_what_it_name
     base = {"kit": retail_kit.path("sft.jsonl").parent, "base": str(tinker_tiny), "method": "sft",
             "target": "local-torch", "out": tmp_path, "dry_run": True, "batch_size": 4, "max_length": 8192}
     roomy = plan(TrainConfig(**base, memory_limit_gb=1000), retail_kit, rows, retail_kit.path("sft.jsonl"))
-    memory = roomy["memory"]
-    assert memory["fits"] and memory["longest_row_tokens"] > 1000 and memory["micro_batch"] == 4
+    memory = roomy.memory
+    assert isinstance(memory, MemoryEstimate)
+    assert memory.fits and memory.longest_row_tokens > 1000 and memory.micro_batch == 4
     (tmp_path / "plan.json").unlink()
-    tight = memory["estimate_gb"] * 0.6
+    tight = memory.estimate_gb * 0.6
     with pytest.raises(ConfigError, match="these would fit") as refused:
         plan(TrainConfig(**base, memory_limit_gb=tight), retail_kit, rows, retail_kit.path("sft.jsonl"))
     assert not (tmp_path / "plan.json").exists()  # a refused plan writes nothing
@@ -88,6 +89,7 @@ def test_a_dry_run_refuses_a_kit_of_long_rows_that_will_not_fit_and_what_it_name
         bound = int(message.split("--max-batch-tokens ")[1].split()[0])
         fitted = plan(TrainConfig(**base, memory_limit_gb=tight, max_batch_tokens=bound), retail_kit, rows,
                       retail_kit.path("sft.jsonl"))
-        assert fitted["memory"]["fits"] and fitted["memory"]["gradient_accumulation"] > 1
+        assert isinstance(fitted.memory, MemoryEstimate)
+        assert fitted.memory.fits and fitted.memory.gradient_accumulation > 1
     with pytest.raises(ConfigError, match="nothing fits"):
         plan(TrainConfig(**base, memory_limit_gb=0.001), retail_kit, rows, retail_kit.path("sft.jsonl"))

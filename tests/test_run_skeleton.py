@@ -17,6 +17,7 @@ from typer.testing import CliRunner  # noqa: E402
 
 from blobkit.cli import app  # noqa: E402
 from trainers.config import TrainConfig  # noqa: E402
+from trainers.eval_record import TrainingReport  # noqa: E402
 from trainers.export import load_export, verify_export  # noqa: E402
 from trainers.plan import plan  # noqa: E402
 from trainers.run import run_training  # noqa: E402
@@ -32,7 +33,7 @@ def tiny(kit_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
         seed=3, hidden_size=32, num_layers=2, num_heads=2, vocab_size=600))
 
 
-def _run(kit_path: Path, out: Path, **values: Any) -> dict[str, Any]:
+def _run(kit_path: Path, out: Path, **values: Any) -> TrainingReport:
     config = TrainConfig(kit=kit_path, out=out, target="local-torch", eval_limit=2, max_turns=2, short_episodes=True,
                          max_new_tokens=16,
                          batch_size=2, **values)
@@ -45,7 +46,7 @@ def test_max_minutes_stops_local_torch_sft_at_the_first_step_boundary_and_still_
         kit_path: Path, tiny: Path, tmp_path: Path) -> None:
     report = _run(kit_path, tmp_path / "run", base=str(tiny), method="sft", full=True, epochs=3,
                   max_minutes=1e-9)
-    assert report["stopped_by"] == "max_minutes" and report["optimizer_updates"] == 1
+    assert report.stopped_by == "max_minutes" and report.optimizer_updates == 1
     assert json.loads((tmp_path / "run" / "eval.json").read_text())["stopped_by"] == "max_minutes"
     assert verify_export(tmp_path / "run" / "export")["kind"] == "full"
 
@@ -66,7 +67,7 @@ def test_a_merged_export_is_a_full_model_that_computes_what_the_adapter_does(kit
 
     report = _run(kit_path, tmp_path / "run", base=str(tiny), method="sft", lora_rank=4, learning_rate=5e-2,
                   warmup_ratio=0.0, max_minutes=1e-9, merge=True)
-    assert report["optimizer_updates"] == 1
+    assert report.optimizer_updates == 1
     adapter, tokenizer, _ = load_export(tmp_path / "run" / "export")
     merged, _, manifest = load_export(tmp_path / "run" / "export-merged")
     base = AutoModelForCausalLM.from_pretrained(tiny, use_safetensors=True).eval()

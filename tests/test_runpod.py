@@ -55,7 +55,7 @@ def test_a_rate_limited_create_is_retried_and_makes_one_pod(
         fake: FakeRunPod, kit_path: Path, adapter: Path, tmp_path: Path) -> None:
     fake.fail_next("429", 2, method="POST", path="/v2/pods", retry_after="0")
     report = run(fake, tmp_path, kit_path, adapter)
-    assert report["rl"]["pass_rate"] == 0.5
+    assert report.rl.pass_rate == 0.5 and report.runpod is not None and report.runpod.pod_id
     assert fake.count("POST", "/v2/pods") == 3 and len(fake.created_bodies) == 1
     assert fake.live_pods() == []
 
@@ -66,7 +66,7 @@ def test_a_create_with_an_unknown_outcome_never_makes_two_pods(
     fake.fail_next(kind, 1, method="POST", path="/v2/pods")
     log: list[str] = []
     report = run(fake, tmp_path, kit_path, adapter, log=log)
-    assert report["optimizer_updates"] == 3
+    assert report.optimizer_updates == 3
     assert any("unknown outcome" in line for line in log)
     assert len(fake.created_bodies) == 1 and len(fake.pods) == 1
     assert fake.live_pods() == []
@@ -78,7 +78,7 @@ def test_server_errors_and_dropped_connections_while_polling_are_survived(
     fake.fail_next("drop", 8, method="GET", path="/v2/pods/*")
     log: list[str] = []
     report = run(fake, tmp_path, kit_path, adapter, log=log)
-    assert report["rl"]["pass_rate"] == 0.5
+    assert report.rl.pass_rate == 0.5 and report.runpod is not None and report.runpod.pod_id
     assert any("status poll failed" in line for line in log), "the outage outlasted one request's retries"
     assert fake.live_pods() == []
 

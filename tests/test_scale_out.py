@@ -46,7 +46,7 @@ def _train(kit_path: Path, tiny: Path, out: Path, processes: int, stop: Any = No
     with open_kit(kit_path) as kit:
         rows = kit.rows()[:ROWS]
         record = plan(config, kit, rows, kit.path("sft.jsonl"))
-        return run_training(config, kit, rows, record, (log if log is not None else []).append, stop)
+        return run_training(config, kit, rows, record, (log if log is not None else []).append, stop).to_json()
 
 
 def _adapter(out: Path) -> dict[str, Any]:

@@ -20,13 +20,17 @@ from blobkit.adversaries import trajectories
 from blobkit.cli import app
 from blobkit.company.results import assemble_results
 from trainers.errors import ScoreError, TrajectoryError
-from trainers.evaluation import EvalSummary, replay_trajectory, run_episodes
+from trainers.eval_record import LeftOut
+from trainers.evaluation import EpisodeResult, EvalSummary, replay_trajectory, run_episodes
+from trainers.fit import FitResult
 from trainers.formats import FORMATS
 from trainers.formats.llama3 import parse_llama3
+from trainers.report import sft_report
 from trainers.scoring import Scored, score_verdicts
 from trainers.trajectories import read_trajectories, score_trajectories
 from world_format.chain import final_answer, run_chain
 from world_format.kit import Kit, open_kit
+from world_format.vcode import Verdict
 
 
 def _eval(kit: Path, path: Path, *flags: str) -> Any:
@@ -126,11 +130,13 @@ def test_a_held_out_evaluation_states_its_coverage_and_counts_a_repeated_case_on
         conflicting.to_json()
 
 
-def test_a_company_result_says_partial_and_why() -> None:
-    summary = {"pass_rate": 0.5, "cases": 2, "passed": 1, "entities": 2, "interval_95": [0.1, 0.9], "partial": True}
-    records: dict[str, Any] = {"kit": {"frozen": {"eval_cases": 6}},
-                               "sft": {"report": {"base": summary, "sft": summary, "eval_limit": 2,
-                                                  "left_out": {"untokenizable": 0}}}}
+def test_a_company_result_says_partial_and_why(tmp_path: Path) -> None:
+    summary = EvalSummary(tuple(EpisodeResult(f"c{i}", "t", "read", Verdict("pass" if i else "fail"), "answer", 1, 0,
+                                              (), (), f"e{i}") for i in range(2)))
+    report = sft_report(summary, summary, FitResult(tmp_path, "lora", {}, 1, 1.0, [], None), "0" * 64)
+    left_out = LeftOut(untokenizable=0, cases={}, why="none")
+    records: dict[str, Any] = {"kit": {"frozen": {"eval_cases": 6}}, "sft": {"report": report.model_copy(
+        update={"eval_limit": 2, "left_out": left_out}).to_json()}}
     held_out = assemble_results(records, complete=True)["held_out"]
     assert held_out["partial"] is True and "partial_unexplained" not in held_out
     records["sft"]["report"]["eval_limit"] = None

@@ -13,9 +13,10 @@ import pytest
 from blobkit.cli.train import resolve_config
 from trainers.config import TrainConfig
 from trainers.plan import plan
+from trainers.plan_record import NotEstimated, PlanRecord, PlanSections, TargetPlan
 from trainers.run import run_training
 from trainers.targets import registry
-from trainers.targets.base import Target, TargetPlan
+from trainers.targets.base import Target
 from world_format.kit import open_kit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,13 +62,13 @@ class _Recording(Target):
 
     def plan(self, config: TrainConfig, kit: Any, base: Any, record: Any, row_tokens: Any) -> TargetPlan:
         self.calls.append("plan")
-        return TargetPlan(name=self.name, needs=("nothing",), runs_here=True, sections={"made_up": {"rows":
-                                                                                                     record["rows"]}})
+        made_up = NotEstimated(estimated=False, reason=f"made up for {record.rows} rows")
+        return TargetPlan(name=self.name, needs=("nothing",), runs_here=True, sections=PlanSections(cost=made_up))
 
-    def run(self, config: TrainConfig, kit: Any, rows: list[dict[str, Any]], plan_record: dict[str, Any],
+    def run(self, config: TrainConfig, kit: Any, rows: list[dict[str, Any]], plan_record: PlanRecord,
             log: Any, stop: Any) -> dict[str, Any]:
         self.calls.append("run")
-        return {"ran_on": self.name, "planned": plan_record["made_up"]}
+        return {"ran_on": self.name, "planned": plan_record.cost}
 
 
 @pytest.mark.usefixtures("cached_hub_bases")  # a hub base plans only where its files are (trainers/preflight.py)
@@ -80,8 +81,11 @@ def test_plan_and_run_ask_the_registered_target_and_nothing_else(kit_path: Path,
     with open_kit(kit_path) as kit:
         record = plan(config, kit, kit.rows(), kit.path("sft.jsonl"))
         result = run_training(config, kit, kit.rows(), record, lambda line: None)
-    assert record["target"] == {"name": "local-torch", "needs": ["nothing"], "runs_here": True, "why_not": None}
-    assert result == {"ran_on": "local-torch", "planned": {"rows": record["rows"]}}
+    assert record.target.to_json() == {"name": "local-torch", "needs": ["nothing"], "runs_here": True,
+                                       "why_not": None}
+    assert result == {"ran_on": "local-torch", "planned": NotEstimated(estimated=False,
+                                                                       reason=f"made up for {record.rows} rows")}
+    assert json.loads((tmp_path / "o" / "plan.json").read_text())["cost"]["reason"] == f"made up for {record.rows} rows"
     assert _Recording.calls == ["refusal", "plan", "refusal", "run"]
 
 

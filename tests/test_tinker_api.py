@@ -107,7 +107,7 @@ def test_rl_losses_apply_updates_that_raise_the_logprob_of_a_rewarded_sample(cli
     training = client.create_lora_training_client(base_model="tiny", rank=4, seed=1).result()
     tokenizer = training.get_tokenizer()
     prompt = tokenizer.encode(TEXT)
-    sampler = training.save_weights_and_get_sampling_client()
+    sampler = training.save_weights_and_get_sampling_client().result()
     result = sampler.sample(types.ModelInput.from_ints(prompt), num_samples=2,
                             sampling_params=types.SamplingParams(max_tokens=6, seed=5)).result()
     assert len({s.sequence_id for s in result.sequences}) == 2
@@ -127,7 +127,7 @@ def test_rl_losses_apply_updates_that_raise_the_logprob_of_a_rewarded_sample(cli
 def test_sampling_is_seeded_and_honours_max_tokens_stop_and_top_k(client: Any) -> None:
     training = client.create_lora_training_client(base_model="tiny", rank=4, seed=2).result()
     tokenizer = training.get_tokenizer()
-    sampler = training.save_weights_and_get_sampling_client()
+    sampler = training.save_weights_and_get_sampling_client().result()
     prompt = types.ModelInput.from_ints(tokenizer.encode(TEXT))
     params = types.SamplingParams(max_tokens=8, seed=11, temperature=1.0)
     first = sampler.sample(prompt, num_samples=3, sampling_params=params).result()
@@ -247,7 +247,7 @@ def test_train_jobs_record_owner_status_checkpoints_and_usage(server: TinkerServ
     datum = text_datum(training.get_tokenizer(), TEXT)
     training.forward_backward([datum], "cross_entropy").result()
     training.optim_step(types.AdamParams()).result()
-    sampler = training.save_weights_and_get_sampling_client()
+    sampler = training.save_weights_and_get_sampling_client().result()
     sampler.sample(types.ModelInput.from_ints([1, 2, 3]), 2, types.SamplingParams(max_tokens=4)).result()
     path = training.save_weights_for_sampler("final").result().path
     job_id = training.get_info().model_id.split(":train:")[0]

@@ -64,7 +64,7 @@ def test_ten_supervised_steps_on_kit_rows_lower_the_loss(client: Any, retail_kit
     print("losses of the 10 SDK steps:", [round(x, 4) for x in result.losses])
     assert len(result.losses) == 10 and result.tokens > 0
     assert sum(result.losses[-3:]) / 3 < sum(result.losses[:3]) / 3 * 0.97, result.losses
-    sampler = result.training_client.save_weights_and_get_sampling_client()
+    sampler = result.training_client.save_weights_and_get_sampling_client().result()
     held_out = retail_kit.cases("eval")[:2]
     runtime = retail_kit.world().runtime()
     try:

@@ -62,10 +62,25 @@ def test_the_readme_tinker_script_trains_samples_and_resumes_against_blobkit_ser
     assert job["status"] == "succeeded" and job["usage"]["optimizer_steps"] == 5
 
 
-def test_ten_sdk_steps_on_smollm2_lower_the_loss_and_a_held_out_first_turn_is_a_tool_call_block(
+def first_turn_row(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` cut after its first assistant turn: the system prompt, the customer's message and the agent's
+    first tool call, the turn a held-out case's first sample is asked for."""
+    messages = row["messages"]
+    first = next(i for i, message in enumerate(messages) if message["role"] == "assistant")
+    return {**row, "messages": messages[: first + 1]}
+
+
+def test_ten_sdk_steps_on_smollm2_lower_the_loss_and_a_held_out_first_turn_parses_as_a_tool_call(
         retail_kit: Any, tmp_path: Path) -> None:
+    """The recipe a user would pick to teach the first turn in ten steps: the kit's rows cut to their first turn
+    (~550 tokens each, all 34 of them), one row a step, LoRA rank 16, AdamW at 2e-3, then a greedy sample
+    (temperature 0) of a held-out case's first turn, parsed by the kit's tool-format parser. Measured (seed 0):
+    losses 0.90 -> 0.003, and the turn is ``find_customer_by_email`` with the case's own email (seed 1 too, on
+    three held-out cases); the call took 100 s on the 2 shared cores at load 2.8, 550 s at load 4.5."""
+    from trainers.chat_format import parse_assistant_output
     from trainers.formats import apply_tool_format
-    from trainers.tinker_loops import evaluate_sampler, render_row, supervised_loop
+    from trainers.tinker_loops import SdkPolicy, supervised_loop
+    from trainers.turns import TurnRequest
 
     with tinker_server(tmp_path / "store", {}) as server:
         set_policy(server.store, "acme", [SMOLLM2], rank=16)
@@ -73,25 +88,21 @@ def test_ten_sdk_steps_on_smollm2_lower_the_loss_and_a_held_out_first_turn_is_a_
         training = client.create_lora_training_client(base_model=SMOLLM2, rank=16, seed=0,
                                                       train_unembed=False).result()
         tokenizer = training.get_tokenizer()
-        apply_tool_format(tokenizer, "auto")
-        rows = sorted(retail_kit.rows(), key=lambda row: len(render_row(tokenizer, row).ids))[:10]
+        fmt = apply_tool_format(tokenizer, "auto").format
+        rows = [first_turn_row(row) for row in retail_kit.rows()]
         result = supervised_loop(client, SMOLLM2, rows, steps=10, batch_size=1, learning_rate=2e-3,
                                  training_client=training)
         print("SmolLM2 losses of the 10 SDK steps:", [round(x, 4) for x in result.losses])
         assert sum(result.losses[-3:]) < sum(result.losses[:3])
-        sampler = training.save_weights_and_get_sampling_client()
-        runtime = retail_kit.world().runtime()
-        try:
-            summary = evaluate_sampler(sampler, tokenizer, runtime, retail_kit.cases("eval")[:1], max_turns=1,
-                                       max_tokens=96)
-        finally:
-            runtime.close()
-        [episode] = summary.results
-        print("first held-out turn:", episode.messages[-2:])
-        calls = [m for m in episode.messages if m.get("role") == "assistant" and m.get("tool_calls")]
-        # After 10 steps (measured, seed 0) the turn is a <tool_call> block whose JSON is still malformed: the parser
-        # reports a parse error for a tool-call block (free text would be an answer, with no parse failure).
-        assert episode.turns == 1 and (calls or episode.parse_failures == 1), episode.messages[-2:]
+        sampler = training.save_weights_and_get_sampling_client().result()
+        case = retail_kit.cases("eval")[0]
+        policy = SdkPolicy(sampler, tokenizer, fmt, max_tokens=64, temperature=0.0)
+        [text] = policy.next_turns([TurnRequest(0, case.prompt.messages, case.prompt.tools)])
+    print("held-out first turn:", repr(text))
+    parsed = parse_assistant_output(text, fmt)
+    declared = {tool["function"]["name"] for tool in case.prompt.tools}
+    assert parsed.tool_calls and not parsed.parse_errors, (text, parsed.parse_errors)
+    assert all(call["name"] in declared and isinstance(call["arguments"], dict) for call in parsed.tool_calls), text
 
 
 def _cookbook_available() -> bool:

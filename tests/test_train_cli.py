@@ -7,15 +7,18 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from pydantic import ValidationError
 
 from blobkit.errors import ChecksumError, ConfigError, TargetUnavailableError
 from trainers.catalog import CATALOG, resolve_base
 from trainers.config import TrainConfig
 from trainers.export import export_model, verify_export
 from trainers.plan import plan
+from trainers.plan_record import PlanRecord
 from trainers.run import run_training
 from trainers.targets.local_torch import LocalTorchSettings
 from trainers.targets.runpod import RunPodTargetSettings
+from world_format.canonical import canonical_bytes
 from world_format.kit import open_kit
 
 
@@ -68,7 +71,13 @@ def test_dry_run_writes_a_plan(kit_path: Path, tmp_path: Path) -> None:
         rows = kit.jsonl("sft.jsonl")
         record = plan(config, kit, rows, kit.path("sft.jsonl"))
     saved = json.loads((tmp_path / "plan.json").read_text())
-    assert saved == record and record["rows"] == len(rows) and record["vram_estimate_gb"] == 4
+    assert saved == record.to_json() and record.rows == len(rows) and record.vram_estimate_gb == 4
+    again = PlanRecord.read(tmp_path / "plan.json")  # plan.json reads back as the record it was, byte for byte
+    assert again == record and canonical_bytes(again.to_json()) + b"\n" == (tmp_path / "plan.json").read_bytes()
+    assert "rollout_budget" not in saved and "unsupported" not in saved  # what does not apply is absent, not null
+    (tmp_path / "plan.json").write_text(json.dumps({**saved, "surprise": 1}))
+    with pytest.raises(ValidationError, match="surprise"):
+        PlanRecord.read(tmp_path / "plan.json")
 
 
 def _bad_rows(rows: list[dict[str, Any]], change: str) -> list[dict[str, Any]]:
@@ -195,14 +204,16 @@ def test_the_unified_memory_of_a_local_base_is_counted_from_its_files_and_archit
     (model / "model.safetensors").write_bytes(b"\0" * 3_000_000)
     config = TrainConfig(kit=Path("k"), base=str(model), max_length=1000, lora_rank=8)
     record = unified_memory_estimate(resolve_base(str(model)), config)
-    parts = record["parts_gb"]
+    parts = record.parts_gb
+    assert parts is not None
     assert parts["weights"] == 0.003
     assert parts["kv_cache"] == round(2 * 2 * 2 * 16 * 1000 * 2 / 1e9, 3)
     assert parts["logits"] == round(1000 * 1000 * 12 / 1e9, 3)
-    assert abs(record["estimate_gb"] - sum(parts.values())) < 0.01
-    assert record["mac_memory_gb"] == 8 and "max_length 1000" in record["how"]
+    assert abs(record.estimate_gb - sum(parts.values())) < 0.01
+    assert record.mac_memory_gb == 8 and "max_length 1000" in record.how
     sft = unified_memory_estimate(resolve_base(str(model)), config.model_copy(update={"method": "sft"}))
-    assert sft["parts_gb"]["kv_cache"] == 0 and sft["parts_gb"]["activations"] > parts["activations"]
+    assert sft.parts_gb is not None
+    assert sft.parts_gb["kv_cache"] == 0 and sft.parts_gb["activations"] > parts["activations"]
 
 
 def test_a_config_file_is_layered_between_the_preset_and_the_flags(tmp_path: Path) -> None:

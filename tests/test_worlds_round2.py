@@ -296,12 +296,12 @@ def test_the_turn_cap_is_derived_from_the_kit_and_a_cap_below_a_case_is_refused(
         longest = max(cases, key=case_turns)
         assert needed == len(longest.task.reference) + len(longest.task.turns) + 1 and needed >= 3
         derived, record = episode_limit(TrainConfig(kit=kit_path, out=tmp_path), kit)
-        assert derived.max_turns == needed + EPISODE_SLACK and record["derived"] and record["cases_over_limit"] == 0
+        assert derived.max_turns == needed + EPISODE_SLACK and record.derived and record.cases_over_limit == 0
         assert episode_limit(TrainConfig(kit=kit_path, out=tmp_path, max_turns=needed), kit)[0].max_turns == needed
         with pytest.raises(ConfigError, match=rf"--max-turns {needed - 1} is below the {needed} assistant turns case "):
             episode_limit(TrainConfig(kit=kit_path, out=tmp_path, max_turns=needed - 1), kit)
         short, record = episode_limit(TrainConfig(kit=kit_path, out=tmp_path, max_turns=1, short_episodes=True), kit)
-        assert short.max_turns == 1 and record["cases_over_limit"] == len(cases)
+        assert short.max_turns == 1 and record.cases_over_limit == len(cases)
 
 
 def test_a_dry_run_refuses_a_cap_below_what_a_case_needs_and_records_a_derived_one(kit_path: Path,

@@ -3,12 +3,13 @@ with keys, a registered tiny base and a policy, and the unmodified ``tinker`` SD
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +30,23 @@ class TinkerServer:
     url: str
     store: ServiceStore
     host: TinkerHost
+    clients: list[Any] = field(default_factory=list)
+    """The SDK clients made by :meth:`client`, closed before the server stops (their sessions' heartbeat threads
+    would otherwise retry the stopped server for the rest of the test process)."""
 
     def client(self, key: str) -> Any:
         """A ``tinker.ServiceClient`` of ``key`` on this server."""
         import tinker
 
-        return tinker.ServiceClient(base_url=self.url, api_key=key)
+        made = tinker.ServiceClient(base_url=self.url, api_key=key)
+        self.clients.append(made)
+        return made
+
+    def close_clients(self) -> None:
+        """End every client's session; one whose session already ended (or never started) is skipped."""
+        for made in self.clients:  # a client a test already closed, or whose session the server ended, raises
+            with contextlib.suppress(Exception):
+                made.close("success").result(timeout=10)
 
 
 def set_policy(store: ServiceStore, workspace: str, models: list[str], *, rank: int = 8, tokens: int | None = None,
@@ -62,9 +74,11 @@ def tinker_server(root: Path, bases: dict[str, Path], settings: TinkerSettings |
     deadline = time.monotonic() + 30
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.05)
+    running = TinkerServer(f"http://127.0.0.1:{port}/tinker", store, host)
     try:
-        yield TinkerServer(f"http://127.0.0.1:{port}/tinker", store, host)
+        yield running
     finally:
+        running.close_clients()
         server.should_exit = True
         thread.join(30)
         sock.close()

@@ -10,12 +10,11 @@ the cases it cuts counted in ``plan.json``'s ``episode_limit``.
 
 from __future__ import annotations
 
-from typing import Any
-
 from world_format.kit import Kit, KitCase
 
 from .config import TrainConfig
 from .errors import ConfigError
+from .plan_record import EpisodeLimit
 
 EPISODE_SLACK = 2
 """Turns a derived cap adds to the longest case's: room for a look-up the reference does not need, or one retry."""
@@ -38,7 +37,7 @@ def derived_cap(longest_case_turns: int) -> int:
     return longest_case_turns + EPISODE_SLACK
 
 
-def episode_limit(config: TrainConfig, kit: Kit) -> tuple[TrainConfig, dict[str, Any]]:
+def episode_limit(config: TrainConfig, kit: Kit) -> tuple[TrainConfig, EpisodeLimit]:
     """``config`` with ``max_turns`` resolved against ``kit``'s cases (both sides: GRPO rolls out training cases,
     evaluation held-out ones), and the record plan.json keeps: the cap, whether it was derived, the turns the
     longest case needs and which, and how many cases the cap cuts. ConfigError for a set cap below what a case
@@ -55,7 +54,7 @@ def episode_limit(config: TrainConfig, kit: Kit) -> tuple[TrainConfig, dict[str,
                           f"answer): {cut} of the kit's {len(cases)} cases could never pass. Leave --max-turns unset "
                           f"(derived from the kit: {derived_cap(needed)}), or pass --short-episodes for a smoke "
                           "run that accepts it")
-    record = {"max_turns": limit, "derived": derived, "longest_case_turns": needed,
-              "longest_case": longest.case_id if longest is not None else None, "cases_over_limit": cut,
-              "slack": EPISODE_SLACK if derived else None}
+    record = EpisodeLimit(max_turns=limit, derived=derived, longest_case_turns=needed,
+                          longest_case=longest.case_id if longest is not None else None, cases_over_limit=cut,
+                          slack=EPISODE_SLACK if derived else None)
     return config.model_copy(update={"max_turns": limit}), record

@@ -34,6 +34,7 @@ from world_format.vcode import Verdict
 from .chat_format import parse_assistant_output
 from .episode_decode import DEFAULT_SLOTS, ModelTurns
 from .errors import ToolFormatError
+from .eval_record import EvalRecord, RateRecord, Refusal
 from .formats import FORMATS, ToolFormat, format_of
 from .generation import generate_turn
 from .intervals import rate_record
@@ -356,7 +357,11 @@ class EvalSummary:
         return sum(r.turns for r in self.results)
 
     def to_json(self) -> dict[str, Any]:
-        """The summary as eval.json records it.
+        """The summary as eval.json records it (:meth:`record` as JSON)."""
+        return self.record().to_json()
+
+    def record(self) -> EvalRecord:
+        """The summary as eval.json records it (:class:`~trainers.eval_record.EvalRecord`).
 
         Every rate carries its case count, passes, independent entities and 95 % Wilson interval
         (:func:`trainers.intervals.rate_record`), over distinct cases; ``side``, ``cases_in_side``,
@@ -371,17 +376,17 @@ class EvalSummary:
             by_template[result.template].append((result.passed, result.entity))
         failed = Counter(r.kind for r in results if not r.passed)
         declined = sum(1 for r in results if r.kind == "write" and not r.passed and not r.wrote)
-        return {
-            **score.model_dump(include={"pass_rate", "cases", "passed", "entities", "interval_95"}),
-            "interval_method": "Wilson score, 95 %, over cases",
-            "side": score.side, "cases_in_side": coverage.cases_in_kit, "coverage": coverage.coverage,
-            "partial": score.partial, "duplicates": score.duplicates,
-            "per_template": {t: rate_record(v) for t, v in sorted(by_template.items())},
-            "tool_call_parse_failures": sum(r.parse_failures for r in self.results),
-            "refusal": {"false_acceptance": failed.get("refusal", 0), "false_rejection": declined},
-            "verifier_errors": sum(1 for r in results if r.verdict.outcome == "error"),
-            "model_calls": self.model_calls,
-        }
+        return EvalRecord(
+            pass_rate=score.pass_rate, cases=score.cases, passed=score.passed, entities=score.entities,
+            interval_95=(score.interval_95[0], score.interval_95[1]),
+            interval_method="Wilson score, 95 %, over cases",
+            side=score.side, cases_in_side=coverage.cases_in_kit, coverage=coverage.coverage,
+            partial=score.partial, duplicates=score.duplicates,
+            per_template={t: RateRecord.model_validate(rate_record(v)) for t, v in sorted(by_template.items())},
+            tool_call_parse_failures=sum(r.parse_failures for r in self.results),
+            refusal=Refusal(false_acceptance=failed.get("refusal", 0), false_rejection=declined),
+            verifier_errors=sum(1 for r in results if r.verdict.outcome == "error"),
+            model_calls=self.model_calls)
 
 
 def evaluate_cases(policy: TurnPolicy | Generate, runtime: WorldRuntime, cases: Sequence[KitCase], max_turns: int,

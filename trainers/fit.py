@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from .budget import Budget, Log
+from .eval_record import TrainingReport
 from .evaluation import EvalSummary
 
 
@@ -48,6 +49,6 @@ class Trainer(Protocol):
         """Train, polling ``budget.exhausted`` before every step; leave the result in a checkpoint."""
         ...
 
-    def report(self, start: EvalSummary, end: EvalSummary, fit: FitResult) -> dict[str, Any]:
-        """The eval.json record of the run."""
+    def report(self, start: EvalSummary, end: EvalSummary, fit: FitResult) -> TrainingReport:
+        """The eval.json record of the run (the skeleton adds ``left_out``, ``eval_limit`` and decoding)."""
         ...

@@ -32,7 +32,6 @@ clipped at 1.0, one AdamW step, the adapter saved in PEFT format). local-torch's
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections.abc import Sequence
@@ -46,10 +45,12 @@ from world_format.kit import Kit, KitCase, Prompt
 from .budget import Budget, Log
 from .config import TrainConfig
 from .errors import ConfigError, TargetUnavailableError, TrainerError
+from .eval_record import Delta, GRPOReport, TrainingReport, read_report
 from .evaluation import EpisodeResult, EvalSummary, run_episodes
 from .export import verify_export
 from .fit import FitResult
 from .generation import Decoded
+from .plan_record import PlanRecord
 from .ranks import World, gather, init_process_group
 from .report import paired
 from .turns import TurnPolicy, TurnRequest
@@ -126,10 +127,10 @@ class PolicySource:
         return None if self.base["source"] in ("local", "registry") else self.base.get("revision")
 
 
-def policy_source(config: TrainConfig, plan_record: dict[str, Any]) -> PolicySource:
+def policy_source(config: TrainConfig, plan_record: PlanRecord) -> PolicySource:
     """The start of the RL policy: ``--init-adapter`` (verified against its manifest) or the plan's base."""
     if config.init_adapter is None:
-        base = plan_record["base"]
+        base = plan_record.base.to_json()
         return PolicySource(base, None, base["name_or_path"])
     manifest = verify_export(config.init_adapter)
     if manifest["kind"] == "full":
@@ -281,7 +282,7 @@ class GRPOTrainer:
     end_label = "rl"
 
     def __init__(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]],
-                 plan_record: dict[str, Any]) -> None:
+                 plan_record: PlanRecord) -> None:
         self.config, self.kit = config, kit
         self.cases = rl_cases(kit, rows)
         assert_same_tools(rows, self.cases + kit.cases("eval")[: config.eval_limit])
@@ -355,24 +356,22 @@ class GRPOTrainer:
                          budget.minutes() * 60, [(s["step"], s["reward_mean"]) for s in self.steps],
                          budget.stopped_by, details)
 
-    def report(self, start: EvalSummary, end: EvalSummary, fit: FitResult) -> dict[str, Any]:
+    def report(self, start: EvalSummary, end: EvalSummary, fit: FitResult) -> GRPOReport:
         """The start policy and RL on the same held-out cases, with the rollout figures."""
         config, label = self.config, self.start_label
-        evals = {label: start.to_json(), "rl": end.to_json()}
         previous = _previous_eval(config)
-        if "base" in previous and label != "base":
-            evals = {"base": previous["base"], **evals}
-        return {
-            **evals,
-            f"rl_minus_{label}": {"pass_rate": round(end.pass_rate - start.pass_rate, 4), "cases": len(end.results),
-                                  "paired": paired(start, end, label, "rl").model_dump(mode="json")},
-            "optimizer_updates": fit.optimizer_updates, "steps_completed": fit.details["steps_completed"],
-            "steps_planned": config.steps, "stopped_by": fit.stopped_by, "model_calls": fit.details["model_calls"],
-            "eval_model_calls": start.model_calls + end.model_calls, "active_seconds": fit.details["active_seconds"],
-            "zero_variance_group_fraction": fit.details["zero_variance_group_fraction"],
-            "reward_history": [[step, reward] for step, reward in fit.history],
-            "kit_sha256": self.kit.sha256, "group_size": config.group_size, "shaping": None,
-        }
+        carried = previous.base if previous is not None and label != "base" else None
+        delta = Delta(pass_rate=round(end.pass_rate - start.pass_rate, 4), cases=len(end.results),
+                      paired=paired(start, end, label, "rl"))
+        return GRPOReport(
+            **({"base": start.record(), "rl_minus_base": delta} if label == "base"
+               else {"base": carried, "sft": start.record(), "rl_minus_sft": delta}),
+            rl=end.record(), optimizer_updates=fit.optimizer_updates, steps_completed=fit.details["steps_completed"],
+            steps_planned=config.steps, stopped_by=fit.stopped_by, model_calls=fit.details["model_calls"],
+            eval_model_calls=start.model_calls + end.model_calls, active_seconds=fit.details["active_seconds"],
+            zero_variance_group_fraction=fit.details["zero_variance_group_fraction"],
+            reward_history=list(fit.history), kit_sha256=self.kit.sha256, group_size=config.group_size,
+            shaping=None)
 
 
 def _constrain(sampler: Any, decoding: str, world: Any) -> None:
@@ -383,13 +382,11 @@ def _constrain(sampler: Any, decoding: str, world: Any) -> None:
     sampler.constraint = turn_constraint(decoding, sampler.tokenizer, sampler.tool_format, world)
 
 
-def _previous_eval(config: TrainConfig) -> dict[str, Any]:
-    """The SFT run's eval.json next to --init-adapter (for its base figures), if there is one."""
+def _previous_eval(config: TrainConfig) -> TrainingReport | None:
+    """The SFT run's eval.json next to --init-adapter (for its base figures), if there is one it can read."""
     if config.init_adapter is None:
-        return {}
-    path = Path(config.init_adapter).resolve().parent / "eval.json"
+        return None
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
+        return read_report(Path(config.init_adapter).resolve().parent / "eval.json")
+    except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
+        return None

@@ -38,8 +38,10 @@ from world_format.kit import Kit
 from .budget import Budget, Log
 from .config import TrainConfig
 from .errors import TrainerError
+from .eval_record import TrainingReport
 from .evaluation import EvalSummary
 from .fit import FitResult, Trainer
+from .plan_record import PlanRecord, WorldSection
 
 LOG_MARK = "blobkit-rank0: "
 """Rank 0 prefixes its progress lines with this; they are relayed to the run's log."""
@@ -66,13 +68,13 @@ class WorldPlan:
     why_not: str | None
     """What this machine lacks for it, else None."""
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> WorldSection:
         """The plan.json ``world`` section."""
-        return {"world_size": self.world_size, "launcher": self.launcher, "backend": self.backend,
-                "per_rank_batch": self.per_rank_batch,
-                "how": "data parallel: every rank takes per_rank_batch of the global --batch-size, gradients are "
-                       "averaged, so steps, learning-rate schedule and seed are one process's; rank 0 alone "
-                       "evaluates, exports and writes"}
+        return WorldSection(world_size=self.world_size, launcher=self.launcher, backend=self.backend,
+                            per_rank_batch=self.per_rank_batch,
+                            how="data parallel: every rank takes per_rank_batch of the global --batch-size, "
+                                "gradients are averaged, so steps, learning-rate schedule and seed are one "
+                                "process's; rank 0 alone evaluates, exports and writes")
 
 
 def world_plan(config: TrainConfig) -> WorldPlan:
@@ -163,7 +165,7 @@ def _relay(log_path: Path, offset: int, log: Log) -> int:
     return offset + len(complete)
 
 
-def launch_fit(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: dict[str, Any],
+def launch_fit(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: PlanRecord,
                budget: Budget, log: Log) -> FitResult:
     """Run the fit of ``config`` in launched ranks; rank 0's :class:`~trainers.fit.FitResult`.
 
@@ -175,7 +177,7 @@ def launch_fit(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_r
     with tempfile.TemporaryDirectory(prefix="launch-", dir=config.out) as scratch:
         spec_dir = Path(scratch)
         atomic_write_text(spec_dir / "rows.jsonl", "".join(canonical_json(row) + "\n" for row in rows))
-        atomic_write_json(spec_dir / "spec.json", {"config": config.as_json(), "plan": plan_record,
+        atomic_write_json(spec_dir / "spec.json", {"config": config.as_json(), "plan": plan_record.to_json(),
                                                    "kit": str(kit.root), "rows": "rows.jsonl"})
         argv = launch_argv(config, spec_dir)
         log(f"starting {config.local_torch.processes} training processes: {' '.join(argv[1:4])} ... "
@@ -210,7 +212,7 @@ class LaunchedTrainer:
     the report are the wrapped trainer's, in this process."""
 
     def __init__(self, trainer: Trainer, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]],
-                 plan_record: dict[str, Any]) -> None:
+                 plan_record: PlanRecord) -> None:
         self.trainer, self.config, self.kit, self.rows, self.plan_record = trainer, config, kit, rows, plan_record
         self.start_label, self.end_label = trainer.start_label, trainer.end_label
 
@@ -222,6 +224,6 @@ class LaunchedTrainer:
         """The fit in the ranks."""
         return launch_fit(self.config, self.kit, self.rows, self.plan_record, budget, log)
 
-    def report(self, start: EvalSummary, end: EvalSummary, fit: FitResult) -> dict[str, Any]:
+    def report(self, start: EvalSummary, end: EvalSummary, fit: FitResult) -> TrainingReport:
         """The wrapped trainer's report."""
         return self.trainer.report(start, end, fit)

@@ -21,10 +21,10 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
 
 from .catalog import ResolvedBase
 from .config import TrainConfig
+from .plan_record import UnifiedMemory
 
 MAC_SHARE = 0.7
 """Plan to use at most this share of a Mac's unified memory for training."""
@@ -55,7 +55,7 @@ def _local_parts(model_dir: Path, config: TrainConfig) -> dict[str, float]:
     }
 
 
-def unified_memory_estimate(base: ResolvedBase, config: TrainConfig) -> dict[str, Any]:
+def unified_memory_estimate(base: ResolvedBase, config: TrainConfig) -> UnifiedMemory:
     """plan.json's ``unified_memory``: the estimate, the Mac it suggests, and how it was estimated."""
     if base.entry is not None:
         estimate = float(base.vram_estimate_gb(config.method) or 0)
@@ -68,9 +68,7 @@ def unified_memory_estimate(base: ResolvedBase, config: TrainConfig) -> dict[str
         estimate = sum(parts.values())
         how = (f"the base's safetensors plus, at max_length {config.max_length} tokens, the KV cache, saved "
                "activations, float32 logits and the LoRA state (see trainers/memory.py)")
-    record: dict[str, Any] = {
-        "estimate_gb": round(estimate, 2), "mac_memory_gb": max(8, math.ceil(estimate / MAC_SHARE)),
-        "how": how + f"; mac_memory_gb keeps the estimate under {MAC_SHARE:.0%} of the Mac (8 GB at least)"}
-    if parts:
-        record["parts_gb"] = {name: round(value, 3) for name, value in parts.items()}
-    return record
+    return UnifiedMemory(
+        estimate_gb=round(estimate, 2), mac_memory_gb=max(8, math.ceil(estimate / MAC_SHARE)),
+        how=how + f"; mac_memory_gb keeps the estimate under {MAC_SHARE:.0%} of the Mac (8 GB at least)",
+        parts_gb={name: round(value, 3) for name, value in parts.items()} if parts else None)

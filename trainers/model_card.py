@@ -16,7 +16,7 @@ from world_format.manifest import write_manifested_dir
 
 from .catalog import CATALOG
 from .config import TrainConfig
-from .intervals import rate_text
+from .eval_record import TrainingReport
 
 CARD = "README.md"
 LOCAL_LICENSE = "not known to blobkit: a local model directory (see the license that came with it)"
@@ -28,21 +28,22 @@ def base_license(base: dict[str, Any]) -> str:
     return entry.license if entry is not None else LOCAL_LICENSE
 
 
-def _results(report: dict[str, Any]) -> list[str]:
+def _results(report: TrainingReport) -> list[str]:
     rows = ["| model | held-out pass rate (cases, entities, 95 % interval) |", "|---|---|"]
-    rows += [f"| {name} | {rate_text(report[name])} |" for name in ("base", "sft", "rl") if name in report]
+    evaluations = report.evaluations()
+    rows += [f"| {name} | {record.text()} |" for name, record in evaluations.items()]
     notes = []
-    if report.get("stopped_by"):
-        notes.append(f"Training stopped early: `stopped_by: {report['stopped_by']}`.")
-    end = report.get("rl") or report.get("sft") or {}
-    if end.get("partial"):
-        notes.append(f"Partial: {end['cases']} of the kit's {end.get('cases_in_side')} held-out cases were "
-                     f"evaluated (`eval_limit` {report.get('eval_limit')}), so the rate is no claim about the whole "
+    if report.stopped_by:
+        notes.append(f"Training stopped early: `stopped_by: {report.stopped_by}`.")
+    end = evaluations.get("rl") or evaluations.get("sft")
+    if end is not None and end.partial:
+        notes.append(f"Partial: {end.cases} of the kit's {end.cases_in_side} held-out cases were "
+                     f"evaluated (`eval_limit` {report.eval_limit}), so the rate is no claim about the whole "
                      "held-out set.")
     return rows + ([""] + notes if notes else [])
 
 
-def model_card(config: TrainConfig, manifest: dict[str, Any], report: dict[str, Any], world: str) -> str:
+def model_card(config: TrainConfig, manifest: dict[str, Any], report: TrainingReport, world: str) -> str:
     """The card's Markdown for an export with ``manifest``, trained with ``config``, evaluated in ``report``."""
     base, kind = manifest["base"], manifest["kind"]
     name = base.get("id") or base["name_or_path"]
@@ -60,7 +61,7 @@ def model_card(config: TrainConfig, manifest: dict[str, Any], report: dict[str, 
         f"- Method: {config.method.upper()} on {config.target}, {steps}, learning rate {config.learning_rate:g}, "
         f"batch {config.batch_size}, max length {config.max_length}, seed {config.seed}, tool format "
         f"{config.tool_format}; every setting is in `train_config.json`.",
-        f"- {report.get('optimizer_updates', 0)} optimizer updates in {report.get('train_seconds', 0):.0f} s.", "",
+        f"- {report.optimizer_updates} optimizer updates in {getattr(report, 'train_seconds', 0):.0f} s.", "",
         "## Held-out results", "",
         "Each case is a whole episode on an isolated copy of the world's seed, judged by its verifier (VCode) and "
         "the world's declared procedures; the cases concern entities no training row mentions.", "",

@@ -17,11 +17,10 @@ runpod the launch with its price (``runpod``).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from world_format.canonical import atomic_write_json, file_sha256
+from world_format.canonical import file_sha256
 from world_format.kit import Kit
 from world_format.loaded import LoadedWorld
 
@@ -32,6 +31,18 @@ from .errors import ConfigError
 from .formats import Choice, apply_tool_format
 from .grounding import with_grounding_repeats
 from .grpo import step_model_calls
+from .memory_estimate import MemoryEstimate
+from .plan_record import (
+    ChosenFormat,
+    CpuCost,
+    NotEstimated,
+    NotTokenized,
+    PendingFormat,
+    PlanBasis,
+    PlanRecord,
+    RolloutBudget,
+    Tokenized,
+)
 from .preflight import preflight, rows_too_long
 from .targets.registry import target_for
 
@@ -78,7 +89,8 @@ CPU_RATE_PARAMETERS = 134_515_008
 """Parameters of the model the rates were measured on (SmolLM2-135M-Instruct, tied embeddings)."""
 
 
-NOT_ESTIMATED = {"estimated": False, "reason": "estimated for SFT on local-torch with a base on this machine only"}
+NOT_ESTIMATED = NotEstimated(estimated=False,
+                             reason="estimated for SFT on local-torch with a base on this machine only")
 """The ``cost`` of a tokenized plan whose target gives no estimate of its own."""
 
 
@@ -93,13 +105,12 @@ def _shared_prefix(sequences: list[list[int]]) -> int:
     return length
 
 
-def _count_tokens(base: ResolvedBase, rows: list[dict[str, Any]], config: TrainConfig) -> tuple[dict[str, Any],
-                                                                                                  Choice | None,
-                                                                                                  list[int]]:
+def _count_tokens(base: ResolvedBase, rows: list[dict[str, Any]],
+                  config: TrainConfig) -> tuple[Tokenized | NotTokenized, Choice | None, list[int]]:
     """Token counts of the rows under the base's tool format (and the format, and each row's count), when the
     tokenizer is here."""
     if not base.on_disk:
-        return {"tokenized": False, "reason": "base tokenizer not available locally"}, None, []
+        return NotTokenized(tokenized=False, reason="base tokenizer not available locally"), None, []
     from transformers import AutoTokenizer
 
     from .sft_torch import row_ids
@@ -111,10 +122,10 @@ def _count_tokens(base: ResolvedBase, rows: list[dict[str, Any]], config: TrainC
     prefix = _shared_prefix(ids)
     mean = sum(counts) / len(counts) if counts else 0.0
     too_long = [i + 1 for i, n in enumerate(counts) if n > config.max_length]
-    return {"tokenized": True, "tokens": sum(counts), "max_row_tokens": max(counts, default=0),
-            "mean_row_tokens": round(mean, 1), "shared_prefix_tokens": prefix,
-            "shared_prefix_share": round(prefix / mean, 4) if mean else 0.0,
-            "rows_over_max_length": too_long}, choice, counts
+    return Tokenized(tokenized=True, tokens=sum(counts), max_row_tokens=max(counts, default=0),
+                     mean_row_tokens=round(mean, 1), shared_prefix_tokens=prefix,
+                     shared_prefix_share=round(prefix / mean, 4) if mean else 0.0,
+                     rows_over_max_length=too_long), choice, counts
 
 
 def _parameters(base: ResolvedBase) -> int:
@@ -129,7 +140,7 @@ def _parameters(base: ResolvedBase) -> int:
     return total
 
 
-def cpu_cost(base: ResolvedBase, config: TrainConfig, trained_tokens: int) -> dict[str, Any]:
+def cpu_cost(base: ResolvedBase, config: TrainConfig, trained_tokens: int) -> CpuCost | NotEstimated:
     """Estimated minutes of SFT on this machine's CPU: trained tokens over a measured rate, scaled to the base's size.
 
     The rate is :data:`CPU_LORA_TOKENS_PER_SECOND` (or the full-weight one) measured on SmolLM2-135M here;
@@ -142,23 +153,24 @@ def cpu_cost(base: ResolvedBase, config: TrainConfig, trained_tokens: int) -> di
     parameters = _parameters(base)
     scaled = rate * CPU_RATE_PARAMETERS / max(parameters, 1)
     kind = "full-weight" if config.full else "LoRA"
-    return {"estimated": True, "trained_tokens": trained_tokens, "tokens_per_second": round(scaled, 2),
-            "minutes": round(trained_tokens / scaled / 60, 1) if scaled else None, "base_parameters": parameters,
-            "how": (f"rows x epochs tokens over the {kind} SFT rate measured on SmolLM2-135M-Instruct on this "
+    return CpuCost(
+        estimated=True, trained_tokens=trained_tokens, tokens_per_second=round(scaled, 2),
+        minutes=round(trained_tokens / scaled / 60, 1) if scaled else None, base_parameters=parameters,
+        how=(f"rows x epochs tokens over the {kind} SFT rate measured on SmolLM2-135M-Instruct on this "
                     "2-core machine with nothing else running (trainers/plan.py, benchmarks/cpu_train_rate.py); "
                     "other processes on the cores slow torch's two threads up to 10x"
                     + ("" if parameters == CPU_RATE_PARAMETERS else f", scaled by {CPU_RATE_PARAMETERS:,} / "
-                       f"{parameters:,} parameters"))}
+                       f"{parameters:,} parameters")))
 
 
-def trained_tokens(record: Mapping[str, Any], config: TrainConfig) -> int:
+def trained_tokens(basis: PlanBasis, tokens: Tokenized, config: TrainConfig) -> int:
     """Tokens SFT trains on: the rows' tokens plus the grounding examples' (each counted at the mean row length,
-    an upper bound: they are prefixes of their rows), times the epochs. Needs a tokenized plan record."""
-    tokens = record["tokens"]
-    return round((tokens["tokens"] + record["grounding_examples"] * tokens["mean_row_tokens"]) * config.epochs)
+    an upper bound: they are prefixes of their rows), times the epochs (``tokens``: the plan's counts)."""
+    return round((tokens.tokens + basis.grounding_examples * tokens.mean_row_tokens) * config.epochs)
 
 
-def sft_memory(base: ResolvedBase, config: TrainConfig, counts: list[int], prefix: int) -> dict[str, Any]:
+def sft_memory(base: ResolvedBase, config: TrainConfig, counts: list[int],
+               prefix: int) -> MemoryEstimate | NotEstimated:
     """plan.json's ``memory`` (:mod:`trainers.memory_estimate`); ConfigError naming what would fit when it does not."""
     import torch
 
@@ -168,7 +180,7 @@ def sft_memory(base: ResolvedBase, config: TrainConfig, counts: list[int], prefi
         estimate = sft_memory_estimate(Path(base.name_or_path), _parameters(base), counts, config, prefix,
                                        "cuda" if torch.cuda.is_available() else "cpu")
     except (OSError, ValueError) as exc:
-        return {"estimated": False, "reason": f"the base's config.json cannot be read: {exc}"}
+        return NotEstimated(estimated=False, reason=f"the base's config.json cannot be read: {exc}")
     if not estimate.fits:
         would = ("; these would fit: " + "; ".join(estimate.fitting)) if estimate.fitting else (
             "; nothing fits at one row per pass with --gradient-checkpointing: shorten the rows or use a machine "
@@ -177,21 +189,21 @@ def sft_memory(base: ResolvedBase, config: TrainConfig, counts: list[int], prefi
                           f"{estimate.longest_row_tokens} tokens per pass; "
                           + ", ".join(f"{k} {v:.1f}" for k, v in estimate.parts_gb.items())
                           + f" GB) but {estimate.limit_gb} GB is available on {estimate.device}{would}")
-    return estimate.model_dump(mode="json")
+    return estimate
 
 
-def rollout_budget(config: TrainConfig) -> dict[str, Any]:
+def rollout_budget(config: TrainConfig) -> RolloutBudget:
     """The most model calls GRPO's planned steps may make (each step starts only if its worst case fits)."""
     per_step = step_model_calls(config)
-    return {"max_model_calls": config.steps * per_step, "per_step": per_step,
-            "how": "steps x prompts per step (batch_size // group_size) x group_size x max_turns",
-            "limit": config.max_model_calls}
+    return RolloutBudget(max_model_calls=config.steps * per_step, per_step=per_step,
+                         how="steps x prompts per step (batch_size // group_size) x group_size x max_turns",
+                         limit=config.max_model_calls)
 
 
-def plan(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], data_path: Path) -> dict[str, Any]:
-    """Validate everything and write OUT/plan.json; raise on any problem, writing nothing (a ``max_turns`` below
-    what a case needs is one, :mod:`trainers.episode_limit`). plan.json records the config with its turn cap
-    resolved.
+def plan(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], data_path: Path) -> PlanRecord:
+    """Validate everything and write OUT/plan.json (:class:`~trainers.plan_record.PlanRecord`); raise on any
+    problem, writing nothing (a ``max_turns`` below what a case needs is one, :mod:`trainers.episode_limit`).
+    plan.json records the config with its turn cap resolved.
 
     The :mod:`trainers.preflight` checks run first (the output folder can be written, the base can be
     loaded without downloading anything here), so a run that cannot start fails before any work.
@@ -201,31 +213,27 @@ def plan(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], data_path: P
     base = resolve_base(config.base, config.revision)
     validate_rows(kit.world(), rows)
     tokens, choice, counts = _count_tokens(base, rows, config)
-    if tokens.get("rows_over_max_length"):
-        raise rows_too_long(config, tokens["rows_over_max_length"], tokens["max_row_tokens"])
+    if isinstance(tokens, Tokenized) and tokens.rows_over_max_length:
+        raise rows_too_long(config, tokens.rows_over_max_length, tokens.max_row_tokens)
     extra = (len(with_grounding_repeats(rows, config.grounding_repeats, config.answer_quote_repeats)) - len(rows)
              if config.method == "sft" else 0)
     steps_per_epoch = -(-(len(rows) + extra) // config.batch_size)
-    result = {
-        "config": config.as_json(),
-        "base": base.record(),
-        "tool_format": choice.to_json() if choice else {"name": config.tool_format,
-                                                        "reason": "chosen when the base's tokenizer is loaded"},
-        "kit_sha256": kit.sha256, "data": str(data_path), "data_sha256": file_sha256(data_path),
-        "rows": len(rows), "grounding_examples": extra, "tokens": tokens,
-        "estimated_optimizer_steps": math.ceil(steps_per_epoch * config.epochs) if config.method == "sft"
+    basis = PlanBasis(
+        config=config, base=base.record(),
+        tool_format=ChosenFormat.model_validate(choice.to_json()) if choice else PendingFormat(
+            name=config.tool_format, reason="chosen when the base's tokenizer is loaded"),
+        kit_sha256=kit.sha256, data=str(data_path), data_sha256=file_sha256(data_path),
+        rows=len(rows), grounding_examples=extra, tokens=tokens,
+        estimated_optimizer_steps=math.ceil(steps_per_epoch * config.epochs) if config.method == "sft"
         else config.steps,
-        "vram_estimate_gb": base.vram_estimate_gb(config.method),
-        "episode_limit": limit,
-    }
-    if config.method == "grpo":
-        result["rollout_budget"] = rollout_budget(config)
-    refusal = config.unsupported()
-    target = target_for(config.target).plan(config, kit, base, result, counts)
-    if tokens.get("tokenized"):
-        result["cost"] = NOT_ESTIMATED
-    result.update({**target.sections, "target": target.record()})
-    if refusal:
-        result["unsupported"] = refusal
-    atomic_write_json(config.out / "plan.json", result)
+        vram_estimate_gb=base.vram_estimate_gb(config.method), episode_limit=limit,
+        rollout_budget=rollout_budget(config) if config.method == "grpo" else None)
+    refusal = config.unsupported() or None
+    target = target_for(config.target).plan(config, kit, base, basis, counts)
+    sections = target.sections
+    if isinstance(tokens, Tokenized) and sections.cost is None:
+        sections = sections.model_copy(update={"cost": NOT_ESTIMATED})
+    result = PlanRecord(**dict(basis), **dict(sections), target=target.record(),
+                        unsupported=refusal)
+    result.write(config.out / "plan.json")
     return result

@@ -17,6 +17,7 @@ from world_format.kit import open_kit, read_jsonl
 
 from .config import TrainConfig
 from .launch import LOG_MARK, fit_to_json
+from .plan_record import PlanRecord
 from .ranks import SyncedBudget, World
 
 
@@ -42,7 +43,7 @@ def main(spec_dir: Path) -> int:
             print(LOG_MARK + line, file=sys.stderr, flush=True)
 
     with open_kit(Path(spec["kit"])) as kit:
-        trainer = local.trainer(config, kit, rows, spec["plan"])
+        trainer = local.trainer(config, kit, rows, PlanRecord.model_validate(spec["plan"]))
         budget = SyncedBudget(config.max_model_calls, config.max_minutes, lambda: _stop_file(spec_dir / "stop"))
         fit = trainer.fit(budget, log)
     if world.is_main:

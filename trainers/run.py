@@ -24,11 +24,14 @@ from .budget import Budget, Log, Stop
 from .config import TrainConfig
 from .episode_limit import episode_limit
 from .errors import TargetUnavailableError
+from .eval_record import LeftOut, TrainingReport
 from .evaluation import EvalSummary, evaluate_cases, model_policy
 from .export import export_model, load_export, merge_export, verify_export
 from .fit import Trainer
 from .intervals import rate_text
 from .model_card import add_model_card, model_card
+from .pass_k import PassK
+from .plan_record import PlanRecord
 from .report import plot_training
 from .targets.registry import target_for
 from .tokenizable import Tokenizable, tokenizable_cases
@@ -70,7 +73,7 @@ def _tokenizable(cases: list[KitCase], loaded: LoadedWorld, tokenizer: Any, log:
 
 
 def _pass_k(model: Any, tokenizer: Any, loaded: LoadedWorld, cases: list[KitCase], config: TrainConfig,
-            log: Log) -> dict[str, Any]:
+            log: Log) -> PassK:
     """pass^k of the exported model beside its pass@1 (:mod:`trainers.pass_k`), as eval.json records it."""
     from .pass_k import evaluate_pass_k
 
@@ -80,11 +83,11 @@ def _pass_k(model: Any, tokenizer: Any, loaded: LoadedWorld, cases: list[KitCase
     finally:
         runtime.close()
     log(f"sampled: {record.text()}")
-    return record.model_dump(mode="json")
+    return record
 
 
-def run_training(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: dict[str, Any],
-                 log: Log, stop: Stop | None = None) -> dict[str, Any]:
+def run_training(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: PlanRecord,
+                 log: Log, stop: Stop | None = None) -> TrainingReport:
     """Run a validated, planned run on its target (:meth:`trainers.targets.base.Target.run`); every target returns
     (and writes) the eval.json record.
 
@@ -100,7 +103,18 @@ def run_training(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan
     return target_for(config.target).run(config, kit, rows, plan_record, log, stop)
 
 
-def run_skeleton(config: TrainConfig, kit: Kit, trainer: Trainer, log: Log, stop: Stop | None) -> dict[str, Any]:
+def _completed(trainer: Trainer, report: TrainingReport, config: TrainConfig, left_out: LeftOut,
+               sampled: PassK | None) -> TrainingReport:
+    """The trainer's report with what the skeleton knows: the cases left out, ``eval_limit``, how the start and end
+    evaluations decoded, and the end policy's pass^k (when asked)."""
+    decoded = {label: getattr(report, label).model_copy(update={"decoding": config.decoding})
+               for label in (trainer.start_label, trainer.end_label)}
+    if sampled is not None:
+        decoded[trainer.end_label] = decoded[trainer.end_label].model_copy(update={"pass_hat_k": sampled})
+    return report.model_copy(update={**decoded, "left_out": left_out, "eval_limit": config.eval_limit})
+
+
+def run_skeleton(config: TrainConfig, kit: Kit, trainer: Trainer, log: Log, stop: Stop | None) -> TrainingReport:
     """The skeleton around ``trainer`` in this process (a local target's run): start evaluation, fit, export,
     (merge), reload, end evaluation, report; returns (and writes) the eval.json record."""
     loaded, held_out = kit.world(), kit.cases("eval")
@@ -116,17 +130,14 @@ def run_skeleton(config: TrainConfig, kit: Kit, trainer: Trainer, log: Log, stop
         merge_export(export, config.out / "export-merged")
     reloaded, tokenizer, _ = load_export(export)
     end = evaluate_policy(reloaded, tokenizer, loaded, cases, config, log, trainer.end_label, held_out)
-    report = {**trainer.report(start, end, fit), "left_out": expressible.record(), "eval_limit": config.eval_limit}
-    for label in (trainer.start_label, trainer.end_label):
-        report[label]["decoding"] = config.decoding
-    if config.pass_k:
-        report[trainer.end_label]["pass_hat_k"] = _pass_k(reloaded, tokenizer, loaded, cases, config, log)
-    atomic_write_json(config.out / "eval.json", report)
+    sampled = _pass_k(reloaded, tokenizer, loaded, cases, config, log) if config.pass_k else None
+    report = _completed(trainer, trainer.report(start, end, fit), config, expressible.record(), sampled)
+    report.write(config.out / "eval.json")
     atomic_write_json(config.out / f"eval_cases_{trainer.end_label}.json", [r.to_json() for r in end.results])
     for label, summary in ((trainer.start_label, start), (trainer.end_label, end)):
         atomic_write_bytes(config.out / f"eval_cases_{label}.jsonl", conversations(summary, label))
     add_model_card(export, model_card(config, verify_export(export), report, loaded.world.identity.id))
-    evals: dict[str, Any] = {name: report[name] for name in ("base", "sft", "rl") if name in report}
+    evals = {name: record.pass_rate for name, record in report.evaluations().items()}
     if trainer.end_label == "rl":
         plot_training(config.out / "training.png", fit.history, evals, title="GRPO reward per step",
                       ylabel="mean reward")

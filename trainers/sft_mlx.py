@@ -33,12 +33,14 @@ from .base_identity import pinned_base_path
 from .budget import Budget, Log, Stop
 from .config import TrainConfig
 from .errors import ConfigError, TargetUnavailableError, TrainerError
+from .eval_record import TrainingReport
 from .evaluation import EvalSummary
 from .fit import FitResult
 from .formats import apply_tool_format
 from .grounding import with_grounding_repeats
 from .lora import mlx_lora_parameters
 from .mlx_adapter import ADAPTER_CONFIG, MLX_WEIGHTS, block_module, mlx_to_peft
+from .plan_record import PlanRecord
 from .report import sft_report
 
 MAX_GRAD_NORM = 1.0
@@ -336,9 +338,9 @@ class MLXSFTTrainer:
     start_label, end_label = "base", "sft"
 
     def __init__(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]],
-                 plan_record: dict[str, Any]) -> None:
+                 plan_record: PlanRecord) -> None:
         import_mlx()
-        self.config, self.kit, self.base = config, kit, plan_record["base"]
+        self.config, self.kit, self.base = config, kit, plan_record.base.to_json()
         self.rows = with_grounding_repeats(rows, config.grounding_repeats, config.answer_quote_repeats)
         self.model_dir = local_model_dir(self.base)
 
@@ -357,6 +359,6 @@ class MLXSFTTrainer:
         return FitResult(checkpoint, "lora", self.base, result.optimizer_steps, result.train_seconds,
                          result.loss_history, result.stopped_by)
 
-    def report(self, start: EvalSummary, end: EvalSummary, fit: FitResult) -> dict[str, Any]:
+    def report(self, start: EvalSummary, end: EvalSummary, fit: FitResult) -> TrainingReport:
         """Base and SFT on the same held-out cases (the same record as local-torch's)."""
         return sft_report(start, end, fit, self.kit.sha256)

@@ -22,12 +22,14 @@ from world_format.kit import Kit
 from .budget import Budget, Log, Stop
 from .config import TrainConfig
 from .errors import ConfigError, ToolFormatError, TrainerError
+from .eval_record import TrainingReport
 from .evaluation import EvalSummary
 from .fit import FitResult
 from .formats import apply_tool_format
 from .grounding import with_grounding_repeats
 from .lora import peft_lora_config
 from .memory_estimate import micro_batch
+from .plan_record import PlanRecord
 from .ranks import DDP_TIMEOUT_SECONDS, World
 from .report import sft_report
 from .shared_prefix import NLL
@@ -346,8 +348,8 @@ class TorchSFTTrainer:
     start_label, end_label = "base", "sft"
 
     def __init__(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]],
-                 plan_record: dict[str, Any]) -> None:
-        self.config, self.kit, self.base = config, kit, plan_record["base"]
+                 plan_record: PlanRecord) -> None:
+        self.config, self.kit, self.base = config, kit, plan_record.base.to_json()
         self.rows = with_grounding_repeats(rows, config.grounding_repeats, config.answer_quote_repeats)
 
     def start_policy(self) -> tuple[Any, Any]:
@@ -372,6 +374,6 @@ class TorchSFTTrainer:
         return FitResult(checkpoint, result.kind, self.base, result.optimizer_steps, result.train_seconds,
                          result.loss_history, result.stopped_by)
 
-    def report(self, start: EvalSummary, end: EvalSummary, fit: FitResult) -> dict[str, Any]:
+    def report(self, start: EvalSummary, end: EvalSummary, fit: FitResult) -> TrainingReport:
         """Base and SFT on the same held-out cases."""
         return sft_report(start, end, fit, self.kit.sha256)

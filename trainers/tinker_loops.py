@@ -221,7 +221,7 @@ def rl_loop(training_client: Any, runtime: Any, cases: Sequence[KitCase], *, ste
     order = random.Random(seed)
     history = []
     for step in range(steps):
-        sampler = training_client.save_weights_and_get_sampling_client()
+        sampler = training_client.save_weights_and_get_sampling_client().result()
         chosen = order.sample(list(cases), min(cases_per_step, len(cases)))
         group = [case for case in chosen for _ in range(group_size)]
         policy = SdkPolicy(sampler, tokenizer, fmt, max_tokens=max_tokens, temperature=temperature,

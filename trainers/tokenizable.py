@@ -25,6 +25,8 @@ from world_format.kit import KitCase
 from world_format.models import AnswerCheck, Ref, Task, ToolCalledCheck
 from world_format.runtime import WorldRuntime
 
+from .eval_record import LeftOut
+
 NORMALISED_MODES = ("contains", "normalized")
 """Answer-check modes that compare NFKC-normalised, case-folded text (world_format.values), so only the normalised
 form of their value has to survive the tokenizer."""
@@ -73,11 +75,11 @@ class Tokenizable:
     left_out: dict[str, str]
     """Case id → the first required text that does not survive encode→decode."""
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> LeftOut:
         """``eval.json``'s ``left_out`` entry: how many cases, which, and the text of each."""
-        return {"untokenizable": len(self.left_out), "cases": dict(sorted(self.left_out.items())),
-                "why": "the required text does not survive the base tokenizer's encode→decode: no model on it "
-                       "can write it"}
+        return LeftOut(untokenizable=len(self.left_out), cases=dict(sorted(self.left_out.items())),
+                       why="the required text does not survive the base tokenizer's encode→decode: no model on it "
+                           "can write it")
 
 
 def tokenizable_cases(cases: Sequence[KitCase], runtime: WorldRuntime, tokenizer: Any) -> Tokenizable:

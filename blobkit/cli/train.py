@@ -19,9 +19,8 @@ from pydantic import ValidationError
 
 from blobkit.errors import ConfigError, TargetUnavailableError
 from trainers.config import PRESETS, TrainConfig, read_json_object
-from trainers.intervals import rate_text
-from trainers.paired import PairedComparison
-from trainers.pass_k import PassK
+from trainers.eval_record import SFTReport, TrainingReport
+from trainers.plan_record import CpuCost, PlanRecord, Tokenized
 from trainers.tiny_model import TinyModelConfig
 
 from .options import given, layered, model_options, with_parameters
@@ -91,59 +90,58 @@ def _rows(config: TrainConfig, kit: Any) -> tuple[list[dict[str, Any]], Path]:
         raise ConfigError(f"cannot read SFT rows: {exc}") from None
 
 
-def _summary_line(result: dict[str, Any], out: Path) -> str:
-    rates = " -> ".join(f"{name} {rate_text(result[name])}" for name in ("base", "sft", "rl") if name in result)
-    stopped = f"; stopped by {result['stopped_by']}" if result.get("stopped_by") else ""
-    compared = [result.get("sft_vs_base")] + [result[key].get("paired") for key in result
-                                              if key.startswith("rl_minus_") and isinstance(result[key], dict)]
-    rates += "".join(f"; {PairedComparison.model_validate(record).text()}" for record in compared if record)
-    rates += "".join(f"; {name} {PassK.model_validate(result[name]['pass_hat_k']).text()}"
-                     for name in ("sft", "rl") if "pass_hat_k" in result.get(name, {}))
-    return (f"held-out pass rates {rates}; {result['optimizer_updates']} optimizer updates{stopped}; "
+def _summary_line(result: TrainingReport, out: Path) -> str:
+    evaluations = result.evaluations()
+    rates = " -> ".join(f"{name} {record.text()}" for name, record in evaluations.items())
+    stopped = f"; stopped by {result.stopped_by}" if result.stopped_by else ""
+    compared = ([result.sft_vs_base] if isinstance(result, SFTReport) else
+                [delta.paired for delta in (result.rl_minus_base, result.rl_minus_sft) if delta is not None])
+    rates += "".join(f"; {record.text()}" for record in compared if record)
+    rates += "".join(f"; {name} {record.pass_hat_k.text()}" for name, record in evaluations.items()
+                     if name in ("sft", "rl") and record.pass_hat_k is not None)
+    return (f"held-out pass rates {rates}; {result.optimizer_updates} optimizer updates{stopped}; "
             f"export in {out / 'export'}")
 
 
-def _plan_line(record: dict[str, Any], out: Path, refusal: str | None) -> str:
+def _plan_line(record: PlanRecord, out: Path, refusal: str | None) -> str:
     extras = []
-    if "rollout_budget" in record:
-        extras.append(f"at most {record['rollout_budget']['max_model_calls']} model calls in rollouts")
-    if "unified_memory" in record:
-        memory = record["unified_memory"]
-        extras.append(f"about {memory['estimate_gb']:g} GB of unified memory (a Mac with "
-                      f"{memory['mac_memory_gb']} GB or more)")
-    limit = record.get("episode_limit")
-    if limit:
-        how = (f"derived: the longest case needs {limit['longest_case_turns']}, plus {limit['slack']}"
-               if limit["derived"] else f"set; {limit['cases_over_limit']} case(s) need more" if
-               limit["cases_over_limit"] else "set")
-        extras.append(f"episodes of at most {limit['max_turns']} assistant turns ({how})")
-    head = (f"plan written to {out / 'plan.json'}: {record['rows']} rows, "
-            f"{record['estimated_optimizer_steps']} optimizer steps" + "".join(f", {e}" for e in extras)
+    if record.rollout_budget is not None:
+        extras.append(f"at most {record.rollout_budget.max_model_calls} model calls in rollouts")
+    if record.unified_memory is not None:
+        memory = record.unified_memory
+        extras.append(f"about {memory.estimate_gb:g} GB of unified memory (a Mac with "
+                      f"{memory.mac_memory_gb} GB or more)")
+    limit = record.episode_limit
+    how = (f"derived: the longest case needs {limit.longest_case_turns}, plus {limit.slack}" if limit.derived
+           else f"set; {limit.cases_over_limit} case(s) need more" if limit.cases_over_limit else "set")
+    extras.append(f"episodes of at most {limit.max_turns} assistant turns ({how})")
+    head = (f"plan written to {out / 'plan.json'}: {record.rows} rows, "
+            f"{record.estimated_optimizer_steps} optimizer steps" + "".join(f", {e}" for e in extras)
             + (f"; cannot run as configured: {refusal}" if refusal else ""))
     return "\n".join([head, *_base_lines(record)])
 
 
-def _base_lines(record: dict[str, Any]) -> list[str]:
+def _base_lines(record: PlanRecord) -> list[str]:
     """Where the base comes from, its tool format and what the rows cost, as the dry run prints them."""
-    base, fmt, tokens, cost = record["base"], record["tool_format"], record["tokens"], record.get("cost") or {}
-    if base["source"] == "registry":
-        origin = base["origin"]
-        lines = [f"  base: {base['id']} from the registry package {origin['package']} {origin['package_version']} "
-                 f"({origin['file']}, sha256 {origin['sha256']}), converted to {base['name_or_path']} "
-                 f"(sha256 {base['sha256']})"]
-    elif base["source"] == "local":
-        lines = [f"  base: the local model {base['name_or_path']} (sha256 {base['sha256']})"]
+    base, fmt, tokens, cost = record.base, record.tool_format, record.tokens, record.cost
+    if base.source == "registry" and base.origin is not None:
+        origin = base.origin
+        lines = [f"  base: {base.id} from the registry package {origin['package']} {origin['package_version']} "
+                 f"({origin['file']}, sha256 {origin['sha256']}), converted to {base.name_or_path} "
+                 f"(sha256 {base.sha256})"]
+    elif base.source == "local":
+        lines = [f"  base: the local model {base.name_or_path} (sha256 {base.sha256})"]
     else:
-        lines = [f"  base: {base['name_or_path']} from the Hugging Face hub at revision {base['revision']}"]
-    lines.append(f"  tool format: {fmt['name']} ({fmt['reason']})")
-    if tokens.get("tokenized"):
-        lines.append(f"  tokens: {tokens['mean_row_tokens']:g} per row on average (longest "
-                     f"{tokens['max_row_tokens']}); the shared prefix (system prompt and tool list) is "
-                     f"{tokens['shared_prefix_tokens']} of them, "
-                     f"{tokens['shared_prefix_share']:.0%} of a row")
-    if cost.get("estimated") and cost.get("minutes") is not None:
-        lines.append(f"  cost: about {cost['minutes']:g} minutes of training on this machine "
-                     f"({cost['trained_tokens']:,} tokens at {cost['tokens_per_second']:g} tokens/s: {cost['how']})")
+        lines = [f"  base: {base.name_or_path} from the Hugging Face hub at revision {base.revision}"]
+    lines.append(f"  tool format: {fmt.name} ({fmt.reason})")
+    if isinstance(tokens, Tokenized):
+        lines.append(f"  tokens: {tokens.mean_row_tokens:g} per row on average (longest "
+                     f"{tokens.max_row_tokens}); the shared prefix (system prompt and tool list) is "
+                     f"{tokens.shared_prefix_tokens} of them, "
+                     f"{tokens.shared_prefix_share:.0%} of a row")
+    if isinstance(cost, CpuCost) and cost.minutes is not None:
+        lines.append(f"  cost: about {cost.minutes:g} minutes of training on this machine "
+                     f"({cost.trained_tokens:,} tokens at {cost.tokens_per_second:g} tokens/s: {cost.how})")
     return lines
 
 
@@ -187,17 +185,16 @@ def train(config_file: Path | None = typer.Option(None, "--config", help="A JSON
             third_party_output(config.out / "train.log", verbose), open_kit(config.kit) as opened:
         rows, data_path = _rows(config, opened)
         record = plan(config, opened, rows, data_path)
-        if config.dry_run:
-            result: dict[str, Any] = record
-        else:
+        result: PlanRecord | TrainingReport = record
+        if not config.dry_run:
             interrupts.check("planning", written="only plan.json was written")
             # TRL and transformers print progress dicts on stdout; keep stdout for the result alone
             with contextlib.redirect_stdout(sys.stderr):
                 result = run_training(config, opened, rows, record, to_stderr, stop=interrupts.reason)
     if as_json:
-        echo_json(result)
-    elif config.dry_run:
-        typer.echo(_plan_line(record, config.out, refusal))
+        echo_json(result.to_json())
+    elif isinstance(result, PlanRecord):
+        typer.echo(_plan_line(result, config.out, refusal))
     else:
         typer.echo(_summary_line(result, config.out))
     if interrupts.received:

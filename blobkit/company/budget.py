@@ -10,11 +10,10 @@ it ran out. After a stage, :func:`sft_calls` and :func:`rl_calls` count what it 
 
 from __future__ import annotations
 
-import json
 import time
-from typing import Any
 
 from trainers.config import TrainConfig
+from trainers.eval_record import GRPOReport, SFTReport
 
 from .config import CompanyBudgets, CompanyConfig
 
@@ -92,29 +91,11 @@ class JobBudget:
         return f"{self.limits.max_model_calls} model calls"
 
 
-def _eval_calls(config: TrainConfig, counted: tuple[str, str], bounded: str, report: dict[str, Any]) -> int:
-    """Turns of two evaluations: one counted from its per-case file, one bounded by cases x turn cap.
-
-    ``counted`` is (report key, file name); ``bounded`` the report key of the evaluation whose
-    per-case results the trainer does not keep.
-    """
-    key, name = counted
-    path = config.out / name
-    turns = (sum(int(r["turns"]) for r in json.loads(path.read_text(encoding="utf-8"))) if path.is_file()
-             else report[key]["cases"] * config.turn_cap)
-    return turns + report[bounded]["cases"] * config.turn_cap
+def sft_calls(report: SFTReport) -> tuple[int, bool]:
+    """(model calls, exact) of the SFT stage: the report counts both evaluations' turns."""
+    return report.model_calls, True
 
 
-def sft_calls(report: dict[str, Any], config: TrainConfig) -> tuple[int, bool]:
-    """(model calls, exact) of the SFT stage: reported, or SFT turns counted plus an upper bound for the base."""
-    if "model_calls" in report:
-        return int(report["model_calls"]), True
-    return _eval_calls(config, ("sft", "eval_cases_sft.json"), "base", report), False
-
-
-def rl_calls(report: dict[str, Any], config: TrainConfig) -> tuple[int, bool]:
-    """(model calls, exact) of the RL stage: rollouts (reported) plus its evaluations (reported, or counted)."""
-    if "eval_model_calls" in report:
-        return int(report["model_calls"]) + int(report["eval_model_calls"]), True
-    evaluations = _eval_calls(config, ("rl", "eval_cases_rl.json"), "sft", report)
-    return int(report["model_calls"]) + evaluations, False
+def rl_calls(report: GRPOReport) -> tuple[int, bool]:
+    """(model calls, exact) of the RL stage: its rollouts plus its evaluations, both reported."""
+    return report.model_calls + report.eval_model_calls, True

@@ -1,5 +1,6 @@
 """The company job's measured results as typed records: what ``jobs show --json`` reports under ``results`` and
 ``replay``, and what the training service returns for a worker job (one definition, :mod:`.results` fills it).
+The rates, refusal errors and deltas are eval.json's own records (:mod:`trainers.eval_record`), not copies.
 
 The shapes follow :func:`blobkit.company.results.assemble_results` and ``trainers.intervals.rate_record``;
 :func:`typed_results` validates a results dict into them (strictly: an unknown key is an error, so drift between
@@ -12,38 +13,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from trainers.paired import PairedComparison
+from trainers.eval_record import Delta, RateRecord, Refusal, TrainingReport
 from trainers.pass_k import PassK
+from trainers.plan_record import BaseRecord, NotTokenized, Tokenized
+from trainers.record import Record as FileRecord
 
 
 class Record(BaseModel):
     """Frozen, unknown fields refused, field docstrings as schema descriptions."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
-
-
-class RateRecord(Record):
-    """A pass rate with its sample: cases, passes, independent entities and the 95 % Wilson interval over cases."""
-
-    pass_rate: float
-    """Passed cases / cases (0 for no case), rounded to 4 places."""
-    cases: int
-    """Held-out cases evaluated."""
-    passed: int
-    """Cases the verifier passed."""
-    entities: int | None = None
-    """Independent entities (a customer with their orders) the cases concern: the real sample size."""
-    interval_95: tuple[float, float] | None = None
-    """95 % Wilson score interval of the pass rate over cases."""
-
-
-class Refusal(Record):
-    """How refusals went wrong."""
-
-    false_acceptance: int
-    """Refusal cases that failed (the agent did what the policy refuses)."""
-    false_rejection: int
-    """Write cases that failed without a successful write (the agent declined or never wrote)."""
 
 
 class Rate(RateRecord):
@@ -72,17 +51,6 @@ class Rate(RateRecord):
     """k sampled attempts per case (pass^k: all pass) beside this greedy pass@1, when the run asked for them."""
     measured_by: str
     """Which stage measured it, on which model."""
-
-
-class Delta(Record):
-    """A difference of two pass rates on the same held-out cases."""
-
-    pass_rate: float
-    """The difference (later minus earlier)."""
-    cases: int
-    """Cases both were evaluated on."""
-    paired: PairedComparison | None = None
-    """The case-by-case comparison: discordant cases, the 95 % paired bootstrap interval, McNemar's exact p."""
 
 
 class HeldOut(Record):
@@ -154,6 +122,35 @@ class ReplayOutcome(Record):
     """Why the process failed (outcome error)."""
     claims: str | None = None
     """What the replay shows, and what it does not."""
+
+
+class PlannedRun(FileRecord):
+    """What a training stage keeps of its plan.json (the whole plan is the stage's ``plan`` artifact)."""
+
+    rows: int
+    """Training rows."""
+    tokens: Tokenized | NotTokenized
+    """Their token counts, when the base's tokenizer is here."""
+    estimated_optimizer_steps: int
+    """Optimizer steps the plan expects."""
+    base: BaseRecord
+    """Where the base comes from."""
+
+
+class TrainingStage(FileRecord):
+    """The record of the ``sft`` or ``rl`` stage of a company job, as the job store keeps it."""
+
+    _omitted = frozenset({"rollout_model_calls_allowed"})
+    plan: PlannedRun
+    """The plan's figures."""
+    report: TrainingReport
+    """The run's eval.json."""
+    model_calls: int
+    """Model calls the stage made (its evaluations, and GRPO's rollouts)."""
+    model_calls_exact: bool
+    """Whether ``model_calls`` is counted (else an upper bound)."""
+    rollout_model_calls_allowed: int | None = None
+    """The rl stage: the rollout calls the job's budget allowed it."""
 
 
 def typed_results(results: dict[str, Any]) -> JobResults:

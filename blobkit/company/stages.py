@@ -29,8 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from blobkit.builder import write_kit
-from blobkit.errors import NotTrainableError
+from blobkit.errors import NotTrainableError, TrainerError
 from trainers.config import TrainConfig
+from trainers.eval_record import GRPOReport, SFTReport, TrainingReport
+from trainers.plan_record import Tokenized
 from world_format.canonical import file_sha256, fsync_dir, replace_dir, staging_dir
 from world_format.kit import Kit, open_kit
 
@@ -38,6 +40,7 @@ from .budget import JobBudget, replay_worst_case, rl_calls, sft_calls
 from .config import TARGET, TINY, CompanyConfig
 from .identity import checked_source
 from .inspect import qualify_source
+from .records import PlannedRun, TrainingStage
 from .replay import replay_export, replay_summary, run_spawned
 from .results import SMALL_HELD_OUT, assemble_results
 from .store import JobStore
@@ -228,8 +231,9 @@ def _train_config(ctx: StageContext, stage: str, **budget: Any) -> TrainConfig:
                       revision=base["revision"] if base["source"] == "hub" else None, out=ctx.dir / stage, **budget)
 
 
-def _train(ctx: StageContext, stage: str, config: TrainConfig) -> dict[str, Any]:
-    """Plan then run one training method on the kit (the trainers write their own artifacts)."""
+def _train(ctx: StageContext, stage: str, config: TrainConfig) -> tuple[PlannedRun, TrainingReport]:
+    """Plan then run one training method on the kit (the trainers write their own artifacts): what the stage
+    record keeps of the plan, and the run's report."""
     from trainers.plan import plan
     from trainers.run import run_training
 
@@ -237,8 +241,8 @@ def _train(ctx: StageContext, stage: str, config: TrainConfig) -> dict[str, Any]
         rows = kit.rows()
         plan_record = plan(config, kit, rows, kit.path("sft.jsonl"))
         report = run_training(config, kit, rows, plan_record, ctx.log(stage), ctx.stop)
-    return {"plan": {k: plan_record[k] for k in ("rows", "tokens", "estimated_optimizer_steps", "base")},
-            "report": report}
+    return PlannedRun(rows=plan_record.rows, tokens=plan_record.tokens, base=plan_record.base,
+                      estimated_optimizer_steps=plan_record.estimated_optimizer_steps), report
 
 
 def _training_artifacts(config: TrainConfig) -> dict[str, Path]:
@@ -248,38 +252,39 @@ def _training_artifacts(config: TrainConfig) -> dict[str, Path]:
 
 def stage_sft(ctx: StageContext) -> StageOutcome:
     config = _train_config(ctx, "sft")
-    trained = _train(ctx, "sft", config)
-    report = trained["report"]
-    calls, exact = sft_calls(report, config)
-    updates = int(report["optimizer_updates"])
-    tokens = trained["plan"]["tokens"].get("tokens", 0)
-    steps_per_epoch = -(-trained["plan"]["rows"] // config.batch_size)
+    planned, report = _train(ctx, "sft", config)
+    if not isinstance(report, SFTReport):
+        raise TrainerError(f"the SFT stage reported a {type(report).__name__}")
+    calls, exact = sft_calls(report)
+    updates = report.optimizer_updates
+    tokens = planned.tokens.tokens if isinstance(planned.tokens, Tokenized) else 0
+    steps_per_epoch = -(-planned.rows // config.batch_size)
     usage = {"model_calls": calls, "optimizer_updates": updates, "tokens": round(tokens * updates / steps_per_epoch)}
-    gain = round(report["sft"]["pass_rate"] - report["base"]["pass_rate"], 4)
+    gain = round(report.sft.pass_rate - report.base.pass_rate, 4)
     checks = {"sft_updates_applied": (updates > 0, f"{updates} optimizer updates"),
-              "sft_beats_base": (gain > 0, f"SFT {report['sft']['pass_rate']} vs base {report['base']['pass_rate']} "
-                                           f"on {report['sft']['cases']} held-out cases")}
-    record = {**trained, "model_calls": calls, "model_calls_exact": exact}
-    return StageOutcome(record, _training_artifacts(config), usage, exact, checks, report.get("stopped_by"))
+              "sft_beats_base": (gain > 0, f"SFT {report.sft.pass_rate} vs base {report.base.pass_rate} "
+                                           f"on {report.sft.cases} held-out cases")}
+    record = TrainingStage(plan=planned, report=report, model_calls=calls, model_calls_exact=exact)
+    return StageOutcome(record.to_json(), _training_artifacts(config), usage, exact, checks, report.stopped_by)
 
 
 def stage_rl(ctx: StageContext) -> StageOutcome:
     rollout_calls = ctx.budget.rollout_allowance(ctx.config, ctx.eval_cases())
     config = _train_config(ctx, "rl", init_adapter=ctx.dir / "sft" / "export", max_model_calls=rollout_calls,
                            max_minutes=ctx.budget.minutes_left())
-    trained = _train(ctx, "rl", config)
-    report = trained["report"]
-    updates = int(report["optimizer_updates"])
-    calls, exact = rl_calls(report, config)
-    usage = {"model_calls": calls, "optimizer_updates": updates, "tokens": int(report.get("tokens", 0))}
-    delta = report["rl_minus_sft"]
-    checks = {"rl_updates_applied": (updates > 0, f"{updates} optimizer updates in {report.get('steps_completed')} "
-                                                  "steps"),
-              "rl_beats_sft": (delta["pass_rate"] > 0, f"rl_minus_sft {delta['pass_rate']} on {delta['cases']} "
-                                                       "held-out cases")}
-    record = {**trained, "model_calls": calls, "model_calls_exact": exact,
-              "rollout_model_calls_allowed": rollout_calls}
-    return StageOutcome(record, _training_artifacts(config), usage, exact, checks, report.get("stopped_by"))
+    planned, report = _train(ctx, "rl", config)
+    if not isinstance(report, GRPOReport) or report.rl_minus_sft is None:
+        raise TrainerError("the RL stage reported no rl_minus_sft (GRPO did not start from the SFT export)")
+    updates = report.optimizer_updates
+    calls, exact = rl_calls(report)
+    usage = {"model_calls": calls, "optimizer_updates": updates, "tokens": 0}
+    delta = report.rl_minus_sft
+    checks = {"rl_updates_applied": (updates > 0, f"{updates} optimizer updates in {report.steps_completed} steps"),
+              "rl_beats_sft": (delta.pass_rate > 0, f"rl_minus_sft {delta.pass_rate} on {delta.cases} "
+                                                    "held-out cases")}
+    record = TrainingStage(plan=planned, report=report, model_calls=calls, model_calls_exact=exact,
+                           rollout_model_calls_allowed=rollout_calls)
+    return StageOutcome(record.to_json(), _training_artifacts(config), usage, exact, checks, report.stopped_by)
 
 
 # --------------------------------------------------------------------------- evaluate, export, replay

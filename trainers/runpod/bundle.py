@@ -18,6 +18,7 @@ from typing import Any
 
 from trainers.config import TrainConfig
 from trainers.errors import ConfigError
+from trainers.plan_record import BaseRecord
 from world_format.canonical import atomic_writer, canonical_bytes, file_sha256, jsonl_bytes
 from world_format.kit import Kit
 
@@ -62,13 +63,12 @@ def source_root() -> Path:
     return root
 
 
-def _bundle_sources(config: TrainConfig, kit: Kit, plan_record: Mapping[str, Any],
+def _bundle_sources(config: TrainConfig, kit: Kit, base: BaseRecord,
                     settings: RunPodSettings) -> list[tuple[str, Path]]:
     assert config.init_adapter is not None
     sources = [("kit", kit.root), ("init_adapter", config.init_adapter)]
-    base = plan_record.get("base") or {}
-    if base.get("source") in ("local", "registry"):
-        sources.append(("base", Path(base["name_or_path"])))
+    if base.source in ("local", "registry"):
+        sources.append(("base", Path(base.name_or_path)))
     if settings.install:
         root = source_root()
         sources += [(f"src/{name}", root / name) for name in SOURCE_MEMBERS if (root / name).exists()]
@@ -108,10 +108,10 @@ class _BytesReader:
         return chunk
 
 
-def build_bundle(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: Mapping[str, Any],
+def build_bundle(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], base: BaseRecord,
                  settings: RunPodSettings, dest: Path) -> Bundle:
     """Everything the pod needs, in one reproducible archive, with the config it trains with as config.json."""
-    extra = {CONFIG_FILE: canonical_bytes(pod_config(config, plan_record, settings).as_json()) + b"\n"}
+    extra = {CONFIG_FILE: canonical_bytes(pod_config(config, base, settings).as_json()) + b"\n"}
     if config.data is not None:
         extra["data/rows.jsonl"] = jsonl_bytes(rows)
-    return write_bundle(dest, _bundle_sources(config, kit, plan_record, settings), extra)
+    return write_bundle(dest, _bundle_sources(config, kit, base, settings), extra)

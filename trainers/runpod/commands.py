@@ -7,11 +7,11 @@ on the pod, never a re-built list of training flags.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from trainers.config import TrainConfig
+from trainers.plan_record import BaseRecord
 from trainers.targets.local_torch import LocalTorchSettings
 
 from .settings import RunPodSettings
@@ -36,11 +36,11 @@ def train_budget_minutes(config: TrainConfig, settings: RunPodSettings) -> float
     return max(0.01, round(min(budget, config.max_minutes) if config.max_minutes else budget, 2))
 
 
-def pod_config(config: TrainConfig, plan_record: Mapping[str, Any], settings: RunPodSettings) -> TrainConfig:
+def pod_config(config: TrainConfig, base: BaseRecord, settings: RunPodSettings) -> TrainConfig:
     """The run's config as the pod trains with it: paths inside the unpacked bundle, GRPO on local-torch with one
     rank per GPU (``--processes`` = ``--gpus``), and the training budget the pod allows as ``max_minutes``.
     Shipped as :data:`CONFIG_FILE` in the bundle."""
-    local_base = (plan_record.get("base") or {}).get("source") in ("local", "registry")
+    local_base = base.source in ("local", "registry")
     return config.model_copy(update={
         "kit": Path("kit"), "init_adapter": Path("init_adapter"), "base": "base" if local_base else config.base,
         "data": Path("data/rows.jsonl") if config.data is not None else None, "out": Path("out"),

@@ -17,6 +17,7 @@ from typing import Any
 
 from trainers.config import TrainConfig
 from trainers.errors import ConfigError, SpendGateError
+from trainers.plan_record import PlanBasis, RunPodLaunch, Transfer
 from world_format.kit import Kit
 
 from .api import API_KEY_ENV, RunPodClient, RunPodError
@@ -85,13 +86,11 @@ def quote_price(config: TrainConfig, settings: RunPodSettings, environ: Mapping[
     return price_from_catalog(gpus, config, settings)
 
 
-def quote_from_plan(plan_record: Mapping[str, Any], config: TrainConfig) -> PriceQuote | None:
-    entry = plan_record.get("runpod")
-    if not isinstance(entry, dict) or entry.get("gpu_type") != config.runpod.gpu_type:
+def quote_from_plan(entry: RunPodLaunch | None, config: TrainConfig) -> PriceQuote | None:
+    """The price the plan's launch quoted, when it planned this GPU type (else None: quote again)."""
+    if entry is None or entry.gpu_type != config.runpod.gpu_type:
         return None
-    per_gpu = entry.get("price_per_gpu_usd")
-    price = float(per_gpu) if isinstance(per_gpu, int | float) and not isinstance(per_gpu, bool) else None
-    return PriceQuote(price, config.runpod.gpu_count, str(entry.get("price_source", "plan.json")))
+    return PriceQuote(entry.price_per_gpu_usd, config.runpod.gpu_count, entry.price_source)
 
 
 def describe_launch(config: TrainConfig, settings: RunPodSettings, quote: PriceQuote) -> str:
@@ -144,27 +143,27 @@ def check_spend_gate(config: TrainConfig, environ: Mapping[str, str], quote: Pri
                          f"--dry-run, then set {API_KEY_ENV} and pass --confirm-spend.")
 
 
-def launch_plan(config: TrainConfig, kit: Kit, plan_record: dict[str, Any]) -> dict[str, Any]:
+def launch_plan(config: TrainConfig, kit: Kit, plan_record: PlanBasis) -> RunPodLaunch:
     """The launch facts for plan.json: GPU, image, commands, the pod's config, disk, limits, price and max cost."""
     environ = os.environ
     settings = RunPodSettings.from_env(environ)
     quote = quote_price(config, settings, environ)
     max_seconds = config.runpod.max_hours * 3600
-    return {
-        "api": f"{settings.api_url}/v2", "gpu_type": config.runpod.gpu_type, "gpu_count": config.runpod.gpu_count,
-        "cloud": settings.cloud, "image": settings.image, "disk_gb": settings.disk_gb,
-        "start_command": POD_COMMAND, "pod_steps": [step["argv"] for step in pod_steps(settings)],
-        "train_command": " ".join(TRAIN_ARGV),
-        "config_file": f"{CONFIG_FILE} in bundle.tar.gz: this run's config with paths inside the bundle, GRPO on "
-                       "local-torch and max_minutes set to the pod's training budget (pod_config)",
-        "pod_config": pod_config(config, plan_record, settings).as_json(),
-        "max_hours": config.runpod.max_hours, "boot_timeout_seconds": settings.boot_timeout_seconds,
-        "pod_self_terminates_after_seconds": round(max_seconds - settings.pod_margin(max_seconds), 1),
-        "price_per_gpu_usd": quote.per_gpu_usd, "hourly_price_usd": quote.hourly_usd,
-        "price_source": quote.source, "estimated_max_cost_usd": quote.max_cost_usd(config.runpod.max_hours),
-        "cost_note": "GPU time at list price for the whole --max-hours; disk and the transfer store not included",
-        "transfer": {"store": redact(settings.store_url) if settings.store_url else None,
-                     "to_pod": f"bundle.tar.gz ({CONFIG_FILE}, kit, init adapter, source), sha256 checked on the pod",
-                     "from_pod": "results.tar.zst, sha256 from done.json checked here"},
-        "kit_sha256": kit.sha256, "missing": missing_for_launch(config, settings, environ),
-    }
+    return RunPodLaunch(
+        api=f"{settings.api_url}/v2", gpu_type=config.runpod.gpu_type, gpu_count=config.runpod.gpu_count,
+        cloud=settings.cloud, image=settings.image, disk_gb=settings.disk_gb,
+        start_command=POD_COMMAND, pod_steps=[step["argv"] for step in pod_steps(settings)],
+        train_command=" ".join(TRAIN_ARGV),
+        config_file=f"{CONFIG_FILE} in bundle.tar.gz: this run's config with paths inside the bundle, GRPO on "
+                    "local-torch and max_minutes set to the pod's training budget (pod_config)",
+        pod_config=pod_config(config, plan_record.base, settings),
+        max_hours=config.runpod.max_hours, boot_timeout_seconds=settings.boot_timeout_seconds,
+        pod_self_terminates_after_seconds=round(max_seconds - settings.pod_margin(max_seconds), 1),
+        price_per_gpu_usd=quote.per_gpu_usd, hourly_price_usd=quote.hourly_usd,
+        price_source=quote.source, estimated_max_cost_usd=quote.max_cost_usd(config.runpod.max_hours),
+        cost_note="GPU time at list price for the whole --max-hours; disk and the transfer store not included",
+        transfer=Transfer(store=redact(settings.store_url) if settings.store_url else None,
+                          to_pod=f"bundle.tar.gz ({CONFIG_FILE}, kit, init adapter, source), sha256 checked on the "
+                                 "pod",
+                          from_pod="results.tar.zst, sha256 from done.json checked here"),
+        kit_sha256=kit.sha256, missing=missing_for_launch(config, settings, environ))

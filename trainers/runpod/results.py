@@ -9,7 +9,6 @@ unpacks them with blobkit's hardened extractor into ``--out`` (the pod's plan.js
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from collections.abc import Mapping
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.errors import TrainerError
+from trainers.eval_record import GRPOReport, read_report
 from world_format.canonical import atomic_write_json, file_sha256, fsync_dir
 from world_format.errors import ChecksumError
 
@@ -70,7 +70,7 @@ def install_results(archive: Path, out: Path, work: Path) -> None:
 
 
 def collect_results(store: HttpStore, job: Job, done: Mapping[str, Any], bundle: Bundle,
-                    out: Path) -> dict[str, Any]:
+                    out: Path) -> tuple[GRPOReport, str]:
     """Verify done.json against the bundle, download and verify the results, unpack them; return eval.json."""
     if done.get("bundle_sha256") != bundle.sha256:
         raise ChecksumError(f"the pod checked a bundle with sha256 {done.get('bundle_sha256')}, but this job uploaded "
@@ -88,8 +88,9 @@ def collect_results(store: HttpStore, job: Job, done: Mapping[str, Any], bundle:
         raise ChecksumError(f"{archive}: sha256 {digest} does not match {results['sha256']} reported by the pod")
     install_results(archive, out, job.work)
     try:
-        report = json.loads((out / "eval.json").read_text(encoding="utf-8"))
-        assert isinstance(report, dict)
-    except (OSError, ValueError, AssertionError) as exc:
+        report = read_report(out / "eval.json")
+    except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
         raise TrainerError(f"the pod's results have no readable eval.json: {exc}") from None
-    return {**report, "results_sha256": digest}
+    if not isinstance(report, GRPOReport):
+        raise TrainerError("the pod's eval.json is an SFT report; the pod runs GRPO")
+    return report, digest

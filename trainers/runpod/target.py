@@ -16,6 +16,8 @@ from typing import Any
 
 from trainers.config import TrainConfig
 from trainers.errors import ConfigError
+from trainers.eval_record import GRPOReport, RunPodRun
+from trainers.plan_record import BaseRecord, RunPodLaunch
 from world_format.canonical import atomic_write_json
 from world_format.kit import Kit
 
@@ -44,16 +46,16 @@ def require_runnable(config: TrainConfig) -> Path:
 
 
 def _run_record(job: Job, pod_id: str, config: TrainConfig, quote: PriceQuote, bundle: Bundle,
-                started: float) -> dict[str, Any]:
+                started: float, results_sha256: str) -> RunPodRun:
     seconds = round(time.monotonic() - started, 1)
     cost = None if quote.hourly_usd is None else round(quote.hourly_usd * seconds / 3600, 4)
-    return {"job_id": job.id, "pod_id": pod_id, "pod_name": job.name, "gpu_type": config.runpod.gpu_type,
-            "gpu_count": config.runpod.gpu_count, "hourly_price_usd": quote.hourly_usd, "seconds": seconds,
-            "estimated_cost_usd": cost, "bundle_sha256": bundle.sha256}
+    return RunPodRun(job_id=job.id, pod_id=pod_id, pod_name=job.name, gpu_type=config.runpod.gpu_type,
+                     gpu_count=config.runpod.gpu_count, hourly_price_usd=quote.hourly_usd, seconds=seconds,
+                     estimated_cost_usd=cost, bundle_sha256=bundle.sha256, results_sha256=results_sha256)
 
 
 def _run_job(client: RunPodClient, store: HttpStore, job: Job, bundle: Bundle, config: TrainConfig,
-             settings: RunPodSettings, quote: PriceQuote, log: Log, stop: Stop | None) -> dict[str, Any]:
+             settings: RunPodSettings, quote: PriceQuote, log: Log, stop: Stop | None) -> GRPOReport:
     registry = JobRegistry(settings.state_dir)
     registry.claim(job.name, pod_id=None)
     pod_id: str | None = None
@@ -68,20 +70,20 @@ def _run_job(client: RunPodClient, store: HttpStore, job: Job, bundle: Bundle, c
         atomic_write_json(job.work / "job.json", {"job_id": job.id, "pod_id": pod_id, "pod_name": job.name,
                                                   "bundle_sha256": bundle.sha256})
         done = Watch(client, store, job, pod_id, config, settings, log, stop, registry, created=started).run()
-        report = collect_results(store, job, done, bundle, config.out)
-        record = {**_run_record(job, pod_id, config, quote, bundle, started), "results_sha256": report.pop(
-            "results_sha256")}
-        atomic_write_json(job.work / "run.json", record)
-        return {**report, "runpod": record}
+        report, digest = collect_results(store, job, done, bundle, config.out)
+        record = _run_record(job, pod_id, config, quote, bundle, started, digest)
+        atomic_write_json(job.work / "run.json", record.to_json())
+        return report.model_copy(update={"runpod": record})
     finally:
         if terminate(client, pod_id, job.name, log):
             registry.release(job.name)
 
 
-def train_runpod(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: dict[str, Any],
-                 log: Log, stop: Stop | None = None, *, settings: RunPodSettings | None = None,
-                 environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Run GRPO on a RunPod pod and return the pod's eval.json record (plus a ``runpod`` section).
+def train_runpod(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], base: BaseRecord,
+                 planned: RunPodLaunch | None, log: Log, stop: Stop | None = None, *,
+                 settings: RunPodSettings | None = None, environ: Mapping[str, str] | None = None) -> GRPOReport:
+    """Run GRPO on a RunPod pod and return the pod's eval.json record (plus a ``runpod`` section); ``base`` and
+    ``planned`` (the launch, its price) are the plan's (:class:`~trainers.plan_record.PlanRecord`).
 
     Gates spend first (nothing is created on refusal), ships the bundle, creates the pod and
     watches it, collects verified results, and terminates the pod whatever happens.
@@ -89,7 +91,7 @@ def train_runpod(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan
     environ = os.environ if environ is None else environ
     settings = settings or RunPodSettings.from_env(environ)
     require_runnable(config)
-    quote = quote_from_plan(plan_record, config)
+    quote = quote_from_plan(planned, config)
     if (quote is None or quote.per_gpu_usd is None) and environ.get(API_KEY_ENV):
         quote = quote_price(config, settings, environ)
     check_spend_gate(config, environ, quote)
@@ -98,7 +100,7 @@ def train_runpod(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan
                           "can both reach; it carries the kit to the pod and the results back")
     quote = quote or PriceQuote(None, config.runpod.gpu_count, "unavailable")
     job = new_job(config.out)
-    bundle = build_bundle(config, kit, rows, plan_record, settings, job.work / "bundle.tar.gz")
+    bundle = build_bundle(config, kit, rows, base, settings, job.work / "bundle.tar.gz")
     store = HttpStore(settings.store_url, settings.store_token, retry=settings.retry)
     client = RunPodClient(environ[API_KEY_ENV], settings.api_url, retry=settings.retry)
     try:

@@ -11,7 +11,8 @@ A target says where a run happens. It answers three questions and does one thing
 The CLI, :mod:`trainers.plan`, :mod:`trainers.run` and the company pipeline ask the target
 (:func:`trainers.targets.registry.target_for`); none compares a target's name. A new target is one module
 holding its :class:`Target` subclass (and its settings model, a nested section of ``TrainConfig``) plus
-one line in :mod:`trainers.targets.registry`.
+one line in :mod:`trainers.targets.registry`; a target whose plan adds a section of a new kind also types it in
+:class:`trainers.plan_record.PlanSections` (plan.json is one strict record, so an untyped section is refused).
 """
 
 from __future__ import annotations
@@ -20,37 +21,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
-
 if TYPE_CHECKING:
     from trainers.budget import Log, Stop
     from trainers.catalog import ResolvedBase
     from trainers.config import TrainConfig
+    from trainers.eval_record import TrainingReport
     from trainers.fit import Trainer
     from trainers.grpo import GRPOBackend, PolicySource
+    from trainers.plan_record import PlanBasis, PlanRecord, TargetPlan
     from world_format.kit import Kit
-
-
-class TargetPlan(BaseModel):
-    """A target's part of a plan: what it needs, whether this machine has it, and the plan.json sections it adds."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
-
-    name: str
-    """The target's name (``--target``)."""
-    needs: tuple[str, ...]
-    """What the target needs to run, in words (a package, a platform, a key, a confirmation)."""
-    runs_here: bool
-    """Whether this machine (and environment) has everything in ``needs``."""
-    why_not: str | None = None
-    """What is missing here when ``runs_here`` is false, else None."""
-    sections: dict[str, Any] = {}
-    """plan.json sections the target adds beside the rest of the plan: ``cost`` (local-torch's CPU estimate),
-    ``unified_memory`` (local-mlx's), ``runpod`` (the launch, its price and maximum cost)."""
-
-    def record(self) -> dict[str, Any]:
-        """plan.json's ``target`` section (the sections go at the plan's top level)."""
-        return self.model_dump(mode="json", exclude={"sections"})
 
 
 class Target(ABC):
@@ -69,7 +48,7 @@ class Target(ABC):
         return frozenset()
 
     @abstractmethod
-    def plan(self, config: TrainConfig, kit: Kit, base: ResolvedBase, record: Mapping[str, Any],
+    def plan(self, config: TrainConfig, kit: Kit, base: ResolvedBase, record: PlanBasis,
              row_tokens: Sequence[int]) -> TargetPlan:
         """Needs, whether they are met here, and the cost sections, for a plan whose common part is ``record``
         (rows, tokens, base…); ``row_tokens`` is each row's token count (empty when the tokenizer is not here).
@@ -81,8 +60,8 @@ class Target(ABC):
         return None
 
     @abstractmethod
-    def run(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: dict[str, Any],
-            log: Log, stop: Stop | None) -> dict[str, Any]:
+    def run(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: PlanRecord,
+            log: Log, stop: Stop | None) -> TrainingReport:
         """Train a planned run; return (and write) its eval.json record with a verified export in ``OUT/export``."""
 
 
@@ -92,7 +71,7 @@ class LocalTarget(Target):
 
     @abstractmethod
     def sft_trainer(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]],
-                    plan_record: dict[str, Any]) -> Trainer:
+                    plan_record: PlanRecord) -> Trainer:
         """The SFT :class:`~trainers.fit.Trainer` of this target."""
 
     @abstractmethod
@@ -100,7 +79,7 @@ class LocalTarget(Target):
         """The target's half of GRPO (:class:`~trainers.grpo.GRPOBackend`)."""
 
     def trainer(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]],
-                plan_record: dict[str, Any]) -> Trainer:
+                plan_record: PlanRecord) -> Trainer:
         """The :class:`~trainers.fit.Trainer` of ``config.method`` on this target."""
         if config.method == "grpo":
             from trainers.grpo import GRPOTrainer
@@ -108,8 +87,8 @@ class LocalTarget(Target):
             return GRPOTrainer(config, kit, rows, plan_record)
         return self.sft_trainer(config, kit, rows, plan_record)
 
-    def run(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: dict[str, Any],
-            log: Log, stop: Stop | None) -> dict[str, Any]:
+    def run(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: PlanRecord,
+            log: Log, stop: Stop | None) -> TrainingReport:
         """The run skeleton here, with this target's trainer."""
         from trainers.run import run_skeleton
 

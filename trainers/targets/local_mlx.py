@@ -6,17 +6,18 @@ It trains LoRA adapters only, without packing; its plan carries the unified-memo
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .base import LocalTarget, TargetPlan
+from .base import LocalTarget
 
 if TYPE_CHECKING:
     from trainers.catalog import ResolvedBase
     from trainers.config import TrainConfig
     from trainers.fit import Trainer
     from trainers.grpo import GRPOBackend, PolicySource
+    from trainers.plan_record import PlanBasis, PlanRecord, TargetPlan
     from world_format.kit import Kit
 
 PACKAGES = ("mlx", "mlx_lm", "torch", "transformers")
@@ -44,20 +45,21 @@ class LocalMLX(LocalTarget):
                     "model, pass its export with --init-adapter: GRPO trains an adapter on top of it)")
         return None
 
-    def plan(self, config: TrainConfig, kit: Kit, base: ResolvedBase, record: Mapping[str, Any],
+    def plan(self, config: TrainConfig, kit: Kit, base: ResolvedBase, record: PlanBasis,
              row_tokens: Sequence[int]) -> TargetPlan:
         """Needs mlx and mlx-lm; adds the unified-memory estimate (``unified_memory``)."""
         from trainers.memory import unified_memory_estimate
+        from trainers.plan_record import PlanSections, TargetPlan
 
         missing = [name for name in PACKAGES if find_spec(name) is None]
         return TargetPlan(name=self.name, needs=("mlx and mlx-lm (Apple silicon, or mlx[cpu] on Linux)",
                                                  "torch and transformers (the evaluations)"),
                           runs_here=not missing, why_not=f"not installed: {', '.join(missing)} (pip install "
                           "'blobkit[mlx,train]')" if missing else None,
-                          sections={"unified_memory": unified_memory_estimate(base, config)})
+                          sections=PlanSections(unified_memory=unified_memory_estimate(base, config)))
 
     def sft_trainer(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]],
-                    plan_record: dict[str, Any]) -> Trainer:
+                    plan_record: PlanRecord) -> Trainer:
         """mlx-lm's LoRA layers in our loop (:mod:`trainers.sft_mlx`)."""
         from trainers.sft_mlx import MLXSFTTrainer
 

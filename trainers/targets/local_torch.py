@@ -6,20 +6,22 @@ TRL), and is the only target with a CPU-minutes estimate in its plan (:func:`tra
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .base import LocalTarget, TargetPlan
+from .base import LocalTarget
 
 if TYPE_CHECKING:
     from trainers.budget import Log, Stop
     from trainers.catalog import ResolvedBase
     from trainers.config import TrainConfig
+    from trainers.eval_record import TrainingReport
     from trainers.fit import Trainer
     from trainers.grpo import GRPOBackend, PolicySource
+    from trainers.plan_record import PlanBasis, PlanRecord, TargetPlan
     from world_format.kit import Kit
 
 PACKAGES = ("torch", "transformers", "peft", "trl")
@@ -79,21 +81,22 @@ class LocalTorch(LocalTarget):
                     f"multiple of {processes} (every rank takes the same share of the global batch)")
         return None
 
-    def plan(self, config: TrainConfig, kit: Kit, base: ResolvedBase, record: Mapping[str, Any],
+    def plan(self, config: TrainConfig, kit: Kit, base: ResolvedBase, record: PlanBasis,
              row_tokens: Sequence[int]) -> TargetPlan:
         """Needs the train extra; adds the CPU-minutes estimate (``cost``) when the rows were tokenized, SFT's
         memory estimate (``memory``; ConfigError with what would fit when it does not), and the world."""
         from trainers.plan import cpu_cost, sft_memory, trained_tokens
+        from trainers.plan_record import PlanSections, TargetPlan, Tokenized
 
         missing = [name for name in PACKAGES if find_spec(name) is None]
-        sections = {"cost": cpu_cost(base, config, trained_tokens(record, config))} if record["tokens"].get(
-            "tokenized") else {}
-        if config.method == "sft" and row_tokens:
-            sections["memory"] = sft_memory(base, config, list(row_tokens), record["tokens"]["shared_prefix_tokens"])
+        tokens = record.tokens if isinstance(record.tokens, Tokenized) else None
+        cost = cpu_cost(base, config, trained_tokens(record, tokens, config)) if tokens else None
+        memory = (sft_memory(base, config, list(row_tokens), tokens.shared_prefix_tokens)
+                  if tokens and config.method == "sft" and row_tokens else None)
         from trainers.launch import world_plan
 
         world = world_plan(config)
-        sections["world"] = world.record()
+        sections = PlanSections(cost=cost, memory=memory, world=world.record())
         if world.why_not:
             missing.append(world.why_not)
         if config.local_torch.generator == "vllm":
@@ -102,8 +105,8 @@ class LocalTorch(LocalTarget):
                           runs_here=not missing, why_not=f"missing: {'; '.join(missing)}" if missing else None,
                           sections=sections)
 
-    def run(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: dict[str, Any],
-            log: Log, stop: Stop | None) -> dict[str, Any]:
+    def run(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: PlanRecord,
+            log: Log, stop: Stop | None) -> TrainingReport:
         """The run skeleton here; with --processes N (or --launcher accelerate) its fit runs in launched ranks
         (:mod:`trainers.launch`), each building this target's :meth:`trainer`."""
         if not config.local_torch.launched:
@@ -115,7 +118,7 @@ class LocalTorch(LocalTarget):
         return run_skeleton(config, kit, trainer, log, stop)
 
     def sft_trainer(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]],
-                    plan_record: dict[str, Any]) -> Trainer:
+                    plan_record: PlanRecord) -> Trainer:
         """TRL's SFTTrainer (:mod:`trainers.sft_torch`)."""
         from trainers.sft_torch import TorchSFTTrainer
 

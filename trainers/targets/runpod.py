@@ -12,12 +12,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .base import Target, TargetPlan
+from .base import Target
 
 if TYPE_CHECKING:
     from trainers.budget import Log, Stop
     from trainers.catalog import ResolvedBase
     from trainers.config import TrainConfig
+    from trainers.eval_record import TrainingReport
+    from trainers.plan_record import PlanBasis, PlanRecord, TargetPlan
     from world_format.kit import Kit
 
 
@@ -58,13 +60,14 @@ class RunPod(Target):
 
         return frozenset() if Path(config.base).is_dir() else frozenset({"base"})
 
-    def plan(self, config: TrainConfig, kit: Kit, base: ResolvedBase, record: Mapping[str, Any],
+    def plan(self, config: TrainConfig, kit: Kit, base: ResolvedBase, record: PlanBasis,
              row_tokens: Sequence[int]) -> TargetPlan:
         """Needs a key, a store, a confirmation and an SFT export; adds the launch with its price (``runpod``)."""
+        from trainers.plan_record import PlanSections, TargetPlan
         from trainers.runpod import RunPodSettings, launch_plan, missing_for_launch
 
         missing = missing_for_launch(config, RunPodSettings.from_env(os.environ), os.environ)
-        sections = {} if self.refusal(config) else {"runpod": launch_plan(config, kit, dict(record))}
+        sections = PlanSections() if self.refusal(config) else PlanSections(runpod=launch_plan(config, kit, record))
         return TargetPlan(name=self.name, needs=("RUNPOD_API_KEY", "--confirm-spend", "--init-adapter",
                                                  "BLOBKIT_RUNPOD_STORE_URL"), runs_here=not missing,
                           why_not="missing: " + ", ".join(missing) if missing else None, sections=sections)
@@ -75,9 +78,9 @@ class RunPod(Target):
 
         gate_spend(config, environ)
 
-    def run(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: dict[str, Any],
-            log: Log, stop: Stop | None) -> dict[str, Any]:
+    def run(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: PlanRecord,
+            log: Log, stop: Stop | None) -> TrainingReport:
         """Ship the bundle, run GRPO on the pod, collect the verified results, terminate the pod."""
         from trainers.runpod import train_runpod
 
-        return train_runpod(config, kit, rows, plan_record, log, stop)
+        return train_runpod(config, kit, rows, plan_record.base, plan_record.runpod, log, stop)
