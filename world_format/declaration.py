@@ -19,6 +19,7 @@ from world_format.errors import WorldFormatError
 from .confirmation import check_confirmations
 from .control import control_strings_in
 from .entities import owner_problem
+from .handoff import check_handoff
 from .models import World
 from .procedures import check_procedures
 
@@ -187,5 +188,6 @@ def check_declaration(world: World, source: str) -> None:
     _check_anchors(world, source)
     _check_foreign_keys(world, source)
     check_procedures(world, source)
+    check_handoff(world, source)
     check_confirmations(world, source)
     _check_text(world, source)

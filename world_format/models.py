@@ -611,6 +611,34 @@ def confirmation_policy(tool: Tool) -> str:
             "explicit yes; never call it in the same turn you ask.")
 
 
+class Handoff(StrictModel):
+    """When the desk hands the customer to a human: the requests it must not serve itself, the pure tool it calls
+    then and what it says after. Minting makes hand-off cases from it: the customer, identified, asks for one of
+    ``when``; the reference calls ``tool`` and answers ``message``; the verifier requires that call, that message
+    and that nothing was written."""
+
+    tool: Identifier
+    """The pure tool (``"effect": "none"``, no ``builtin``) the agent calls to hand off, e.g.
+    transfer_to_human_agents."""
+    arguments: dict[Identifier, ScalarValue] = Field(default_factory=dict)
+    """Arguments every hand-off call passes, checked by the verifier (``{"reason": "compensation"}``). A parameter
+    anchored to an anchor table's key names the row the case is about; any other required string parameter (a
+    summary) is given the customer's request in the agent's words."""
+    when: tuple[str, ...] = Field(min_length=1, max_length=50)
+    """The requests the desk must not serve, as the customer says them; ``{row}`` is the row the case is about
+    ("I want compensation for the delay on {row}.")."""
+    message: str = Field(min_length=1, max_length=500)
+    """What the agent tells the customer after handing off, verbatim (the answer a hand-off case requires)."""
+
+    @model_validator(mode="after")
+    def _requests_differ(self) -> Handoff:
+        if len(set(self.when)) != len(self.when):
+            raise ValueError("handoff.when: a request is listed twice")
+        if any(not text.strip() for text in self.when):
+            raise ValueError("handoff.when: a request is empty")
+        return self
+
+
 class Procedures(StrictModel):
     """The procedures the policies state, in data the builder follows and checks: minted chains take these steps,
     verifiers require them, and the gate's policy-skip probes (a chain without the step) must fail. A write the
@@ -630,6 +658,10 @@ class Procedures(StrictModel):
                                        "you change?", min_length=1, max_length=500)
     """What the customer says to a turn that was to ask for their confirmation but does not (an empty turn, a
     statement, a question about another action or row): their "yes" waits for a question about the write."""
+
+    handoff: Handoff | None = None
+    """When the agent hands the customer to a human instead of serving them (:class:`Handoff`); it needs
+    ``identify``. Null: no hand-off cases."""
 
     @property
     def declared(self) -> bool:

@@ -138,6 +138,8 @@ def make_task(spec: TaskSpec, key: Any, instruction: str, steps: list[Step], ans
 Builder = Callable[["Minter", TaskSpec, Any, int], "Instance | None"]
 SEED_ROWS_READ = 8
 """Most rows :meth:`Minter.seed_rows` reads for one argument."""
+COMPLETED = "I have completed your request"
+"""How a minted write says it is done; a refusal (or a hand-off) that also says it is hedging."""
 CONFIRMATION = "Yes, please go ahead."
 """The customer's reply to a minted confirmation question."""
 

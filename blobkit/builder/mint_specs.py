@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from world_format.canonical import content_id
+from world_format.handoff import handoff_target
 from world_format.models import Anchor, Table, Tool, World
 from world_format.procedures import identifications
 
@@ -26,8 +27,9 @@ Roles = tuple[tuple[str, KeyParams], ...]
 """A spec's bindings: (role, tool name) and (role + "_param", the key parameters of that tool)."""
 
 TEMPLATES = ("lookup_field", "find_then_read", "write_ok", "write_refused", "aggregate_count", "aggregate_total",
-             "write_confirmed")
-"""Minting templates, in the order specs rotate over them (write_confirmed: a write the customer must confirm)."""
+             "write_confirmed", "handoff")
+"""Minting templates, in the order specs rotate over them (write_confirmed: a write the customer must confirm;
+handoff: a request the world's hand-off rule sends to a human)."""
 
 WORDINGS: dict[str, tuple[str, ...]] = {
     "lookup_field": ("What is the {field} of {named}?", "Can you tell me the {field} for {named}?",
@@ -163,7 +165,18 @@ def discover_specs(world: World) -> dict[str, list[TaskSpec]]:
                          ("write_param", param))
                 for template in ("write_confirmed" if writer.confirm else "write_ok", "write_refused"):
                     found[template].append(TaskSpec(template, anchor.table, roles, None, extras))
+    found["handoff"] = _handoff_specs(world)
     return found
+
+
+def _handoff_specs(world: World) -> list[TaskSpec]:
+    """The hand-off spec of the world's declared hand-off rule (none without one)."""
+    rule = world.procedures.handoff
+    tool = world.tool(rule.tool) if rule is not None else None
+    target = handoff_target(world, tool) if tool is not None else None
+    if tool is None or target is None:
+        return []
+    return [TaskSpec("handoff", target.table, (("handoff", tool.name), ("handoff_param", target.key_params)))]
 
 
 def select_specs(world: World, count: int, seed: int) -> list[TaskSpec]:

@@ -23,6 +23,7 @@ from world_format.state import quote_identifier
 from .addressing import Address, threaded_key
 from .arguments import fill
 from .mint import (
+    COMPLETED,
     CONFIRMATION,
     Builder,
     Instance,
@@ -36,6 +37,7 @@ from .mint import (
     state_checks,
     words,
 )
+from .mint_handoff import handoff
 from .mint_specs import TaskSpec, key_table
 
 
@@ -139,10 +141,6 @@ def _find_then_read(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instan
         answer_check(count), check("unchanged_except")]
     instruction = m.wording(spec, variant, said, noun=noun)
     return m.instance(spec, key, make_task(spec, key, instruction, steps, answer, checks))
-
-
-COMPLETED = "I have completed your request"
-"""How a minted write says it is done; a refusal that also says it is hedging."""
 
 
 def acting(action: str, named: str, stated: tuple[tuple[str, Any], ...] = ()) -> str:
@@ -313,5 +311,6 @@ BUILDERS: dict[str, Builder] = {
     "write_confirmed": _write,
     "aggregate_count": _aggregate,
     "aggregate_total": _aggregate,
+    "handoff": handoff,
 }
 """Each template's builder."""

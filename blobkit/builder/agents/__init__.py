@@ -16,6 +16,7 @@ from . import (
     forbidden_write,
     hedger,
     negated,
+    no_handoff,
     null,
     number_hedge,
     off_by_one,
@@ -51,6 +52,7 @@ AGENTS: tuple[WrongAgent, ...] = (
     unconfirmed_vague.AGENT,
     unidentified.AGENT,
     forbidden_write.AGENT,
+    no_handoff.AGENT,
 )
 """Every wrong agent, in the order the gate runs them."""
 NAMES: tuple[str, ...] = tuple(agent.name for agent in AGENTS)
