@@ -258,6 +258,14 @@ TOOLS = [
          anchors={"booking_id": "bookings.id"}),
 ]
 
+HANDOFF = {"tool": "transfer_to_human_agents", "arguments": {"reason": "compensation"},
+           "when": ["My flight on {row} was delayed for hours and I want compensation.",
+                    "I'd like compensation for the cancelled connection on {row}.",
+                    "What compensation do I get for the delay on {row}?"],
+           "message": "I have handed your request to a human agent, who will take over this conversation; I can't "
+                      "promise compensation myself."}
+"""The policies' hand-off, as data: compensation requests go to a human with the booking and a summary."""
+
 POLICIES = [
     f"Today is {TODAY.isoformat()}. Use this date for every date calculation.",
     "Verify the customer's identity by looking up the email address they give you before discussing or changing "
@@ -486,7 +494,7 @@ def world_document() -> dict:
         "tasks": build_tasks(),
         # The policies' procedures, as data: verify the customer by email first; look before writing, and explain
         # instead of calling a write whose rule does not hold (confirmations are declared on the tools).
-        "procedures": {"identify": "find_customer_by_email", "check_before_write": True},
+        "procedures": {"identify": "find_customer_by_email", "check_before_write": True, "handoff": HANDOFF},
     }
 
 
