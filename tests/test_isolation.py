@@ -56,8 +56,9 @@ def test_a_build_opens_the_same_databases_however_many_episodes_it_runs(tmp_path
     counted.update(connections=0, episodes=0)
     build_kit(world, tmp_path / "many", BuildConfig(train_cases_per_task=8, eval_cases_per_task=3))
     assert counted["episodes"] > few["episodes"] + 20
-    # the seed built from inline rows, the working copy and the pristine copy: never one per episode
-    assert counted["connections"] == few["connections"] == 3
+    # the seed built from inline rows, the working copy, the pristine copy and the entity lookups' read-only copy
+    # (world_format.entities): never one per episode
+    assert counted["connections"] == few["connections"] == 4
 
 
 def test_the_seed_is_scanned_once_however_many_runtimes_and_episodes(small_world_file: Path) -> None:

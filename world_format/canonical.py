@@ -9,13 +9,28 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from pathlib import Path
 from typing import Any, BinaryIO
+
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _not_serializable(value: Any) -> Any:
+    return _ENCODER.default(value)  # raises TypeError, as json.dumps does
+
+
+# What json.dumps builds on every call for these options, made once: C's encoder, which keeps no state between calls
+# without the circular-reference check (canonical values are JSON data, never circular).
+_C_ENCODER = None if c_make_encoder is None else c_make_encoder(
+    None, _not_serializable, encode_basestring, None, ":", ",", True, False, False)
 
 
 def canonical_json(value: Any) -> str:
     """Serialise ``value`` with sorted keys and fixed separators (no whitespace, UTF-8 kept)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    if _C_ENCODER is None:
+        return _ENCODER.encode(value)
+    return "".join(_C_ENCODER(value, 0))
 
 
 def canonical_bytes(value: Any) -> bytes:

@@ -10,7 +10,9 @@ item's product) points into shared reference data, which would otherwise make th
 A cycle of owning references is one entity, rooted at its least row (by table, then canonical key).
 
 The split (the builder's sides) puts whole entities on one side, so no held-out case concerns
-a customer whose orders are training rows. Everything is read once, from the seed, in one query per table.
+a customer whose orders are training rows. Rows are read from the seed when a lookup first needs them (by
+primary key, or by a unique column's index), never all at once: a build asks about a few thousand rows however
+large the seed is.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ import sqlite3
 from typing import Any
 
 from world_format.canonical import canonical_json
-from world_format.keys import key_expression, key_from_sql, normalize_key
+from world_format.keys import key_expression, key_from_sql, key_parameters, key_where, normalize_key
 from world_format.models import Column, Step, Table, World
+from world_format.seed_copy import SeedCopy
 from world_format.state import quote_identifier
 
 Row = tuple[str, str]
@@ -60,68 +63,115 @@ def entity_id(table: str, key: Any) -> str:
 
 
 class Entities:
-    """The root of every row of a seed (read once; lookups are dictionary reads)."""
+    """The root of every row of a seed, looked up on demand.
+
+    Each row is read when a lookup first needs it (by its primary key, through SQLite's index on it) and
+    remembered, so a build that asks about a few thousand rows reads a few thousand rows, however large the seed.
+    The lookups read a private, read-only copy of the seed taken when the object is made (later writes to
+    ``conn`` are not seen, :class:`world_format.seed_copy.SeedCopy`), so the object may be shared by runtimes.
+    """
 
     def __init__(self, world: World, conn: sqlite3.Connection) -> None:
-        self._keys: dict[Row, Any] = {}
-        self._parent: dict[Row, Row] = {}
         self._world = world
-        tables = {table.name: table for table in world.state.tables}
-        for table in world.state.tables:
-            self._read(conn, table, tables)
+        self._tables = {table.name: table for table in world.state.tables}
+        self.seed = SeedCopy(conn)
+        """The private copy of the seed every lookup reads (shared with other on-demand readers of the seed)."""
+        self._keys: dict[Row, Any] = {}
+        self._missing: set[Row] = set()
+        self._parent: dict[Row, tuple[Row, Any] | None] = {}
         self._root: dict[Row, Row] = {}
-        self._by_column: dict[tuple[str, str], dict[Any, Any]] = {}
-        for tool in world.tools:
-            for target in tool.anchors.values():
-                table_name, column = target.split(".")
-                named = tables.get(table_name)
-                if named is None or column in named.key_columns or (table_name, column) in self._by_column:
-                    continue
-                self._by_column[(table_name, column)] = self._column_keys(conn, named, column)
+        self._values: dict[tuple[str, str], dict[Any, tuple[str, Any]]] = {}
+        self._anchored = {(table, column) for tool in world.tools for target in tool.anchors.values()
+                          for table, column in [target.split(".")]
+                          if table in self._tables and column not in self._tables[table].key_columns}
 
-    @staticmethod
-    def _column_keys(conn: sqlite3.Connection, table: Table, column: str) -> dict[Any, Any]:
-        """Each value of a (natural-key) column, to the key of the first row holding it."""
+    def _column_values(self, table: Table, column: str) -> dict[Any, tuple[str, Any]]:
+        """Each value of ``column`` to (canonical key, key) of the first row holding it, in the table's scan order
+        (read once per column: for a reference or natural key that is no unique column)."""
+        found = self._values.get((table.name, column))
+        if found is None:
+            name = quote_identifier(table.name)
+            found = {}
+            for value, key in self.seed.rows(f"SELECT {quote_identifier(column)}, {key_expression(table, name)} "
+                                          f"FROM {name}"):
+                normal = normalize_key(key_from_sql(table, key))
+                found.setdefault(value, (canonical_json(normal), normal))
+            self._values[(table.name, column)] = found
+        return found
+
+    def _unique(self, table: Table, column: str) -> bool:
+        """Whether at most one row of ``table`` holds any one value of ``column`` (so an indexed lookup finds it)."""
+        declared = next((c for c in table.columns if c.name == column), None)
+        if declared is not None and declared.unique:
+            return True
+        return any(index.unique and index.table == table.name and tuple(index.columns) == (column,)
+                   for index in self._world.state.indexes)
+
+    def _row_by(self, table: Table, column: str, value: Any) -> tuple[str, Any] | None:
+        """(canonical key, key) of the first row of ``table`` whose ``column`` equals ``value`` (as a Python
+        dictionary of the column's values would find it), or None."""
+        if not self._unique(table, column):
+            return self._column_values(table, column).get(value)
         name = quote_identifier(table.name)
-        found = conn.execute(f"SELECT {quote_identifier(column)}, {key_expression(table, name)} FROM {name}").fetchall()
-        values: dict[Any, Any] = {}
-        for value, key in found:
-            values.setdefault(value, normalize_key(key_from_sql(table, key)))
-        return values
+        column_sql = quote_identifier(column)
+        for found, key in self.seed.rows(f"SELECT {column_sql}, {key_expression(table, name)} FROM {name} "
+                                         f"WHERE {column_sql} = ?", (value,)):
+            if found == value:
+                normal = normalize_key(key_from_sql(table, key))
+                return canonical_json(normal), normal
+        return None
 
-    def _read(self, conn: sqlite3.Connection, table: Table, tables: dict[str, Table]) -> None:
+    def _known(self, row: Row, key: Any) -> bool:
+        """Whether the seed holds row ``row`` (key ``key``, normalised); reads it (and its owner) the first time."""
+        if row in self._keys:
+            return True
+        if row in self._missing:
+            return False
+        table = self._tables.get(row[0])
+        if table is None or not self._read(table, row, key):
+            self._missing.add(row)
+            return False
+        return True
+
+    def _read(self, table: Table, row: Row, key: Any) -> bool:
+        """Read row ``row`` by its key: remember its key and its owner's row; False when no row has that key."""
         name = quote_identifier(table.name)
         owner = owning_reference(table)
-        parent_select = f", {name}.{quote_identifier(owner.name)}" if owner else ""
-        rows = conn.execute(f"SELECT {key_expression(table, name)}{parent_select} FROM {name}").fetchall()
-        lookup: dict[Any, str] | None = None
-        target: Table | None = None
-        if owner is not None and owner.references:
-            parent_table, parent_column = owner.references.split(".")
-            target = tables.get(parent_table)
-            if target is not None and target.key_columns != (parent_column,):
-                # a reference to a unique column (or one column of a composite key): map its values to keys
-                found = conn.execute(f"SELECT {quote_identifier(parent_column)}, "
-                                     f"{key_expression(target, quote_identifier(parent_table))} "
-                                     f"FROM {quote_identifier(parent_table)}").fetchall()
-                lookup = {}
-                for value, key in found:
-                    lookup.setdefault(value, canonical_json(normalize_key(key_from_sql(target, key))))
-        for row in rows:
-            key = normalize_key(key_from_sql(table, row[0]))
-            me = (table.name, canonical_json(key))
-            self._keys[me] = key
-            if target is None or row[1] is None:
-                continue
-            parent = lookup.get(row[1]) if lookup is not None else canonical_json(normalize_key(row[1]))
-            if parent is not None:
-                self._parent[me] = (target.name, parent)
+        parent_select = f", {name}.{quote_identifier(owner.name)}" if owner else ", NULL"
+        if isinstance(key, dict) != table.composite or (table.composite and set(key) != set(table.key_columns)):
+            return False
+        found = [(stored, parent) for stored, parent in
+                 self.seed.rows(f"SELECT {key_expression(table, name)}{parent_select} FROM {name} WHERE "
+                             f"{key_where(table)}", key_parameters(table, key))
+                 if canonical_json(normalize_key(key_from_sql(table, stored))) == row[1]]
+        if not found:
+            return False
+        stored, value = found[-1]
+        self._keys[row] = normalize_key(key_from_sql(table, stored))
+        self._parent[row] = self._owner_row(owner, value)
+        return True
+
+    def _owner_row(self, owner: Column | None, value: Any) -> tuple[Row, Any] | None:
+        """The row (and its key) an owning reference's value names, or None (no owner, a null, no such table)."""
+        if owner is None or owner.references is None or value is None:
+            return None
+        parent_table, parent_column = owner.references.split(".")
+        target = self._tables.get(parent_table)
+        if target is None:
+            return None
+        if target.key_columns == (parent_column,):
+            key = normalize_key(value)
+            return (target.name, canonical_json(key)), key
+        # a reference to a unique column (or one column of a composite key): the key of the row holding the value
+        found = self._row_by(target, parent_column, value)
+        return None if found is None else ((target.name, found[0]), found[1])
 
     def root(self, table: str, key: Any) -> tuple[str, Any]:
         """The root row (table, key) of the entity row ``key`` of ``table`` belongs to (itself when unknown)."""
-        start = (table, canonical_json(normalize_key(key)))
-        if start not in self._keys:
-            return table, normalize_key(key)
+        normal = normalize_key(key)
+        start = (table, canonical_json(normal))
+        if not self._known(start, normal):
+            return table, normal
         found = self._resolve(start)
         return found[0], self._keys[found]
 
@@ -155,11 +205,13 @@ class Entities:
         if all(column in columns for column in declared.key_columns):
             key = normalize_key({c: columns[c] for c in declared.key_columns} if declared.composite
                                 else columns[declared.key_columns[0]])
-            return key if (table, canonical_json(key)) in self._keys else None
+            return key if self._known((table, canonical_json(key)), key) else None
         for column, value in columns.items():
-            key = self._by_column.get((table, column), {}).get(value)
-            if key is not None:
-                return key
+            if (table, column) not in self._anchored:
+                continue
+            found = self._row_by(declared, column, value)
+            if found is not None:
+                return found[1]
         return None
 
     def entity(self, table: str, key: Any) -> str:
@@ -180,11 +232,11 @@ class Entities:
             seen[row] = len(path)
             path.append(row)
             parent = self._parent.get(row)
-            if parent is None or parent not in self._keys:
+            if parent is None or not self._known(*parent):
                 self._root[row] = row
                 path.pop()
                 break
-            row = parent
+            row = parent[0]
         root = self._root[row]
         for member in path:
             self._root[member] = root

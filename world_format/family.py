@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections.abc import Generator, Iterator
+from contextlib import closing
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -86,18 +87,46 @@ def fill(task: Task, row: dict[str, Any], where: str = "task") -> Task:
         raise WorldFormatError(f"{where}: filled in from row {row}: /{location}: {first['msg']}") from None
 
 
+MEMO_KEY = "family_rows"
+
+
+def remember_family_rows(runtime: WorldRuntime) -> None:
+    """Have :func:`iter_family_rows` keep each query's rows on this runtime (and its forks): the first run reads them
+    all, later ones replay them. A build runs each family query twice (validation reads its first row, minting all
+    of them); a query that sorts (a window function) costs as much for its first row as for all of them."""
+    runtime.memo.setdefault(MEMO_KEY, {})
+
+
 def iter_family_rows(runtime: WorldRuntime, task: Task, where: str = "task") -> Generator[dict[str, Any]]:
-    """The rows of the family's query over the starting state, as column → value, streamed.
+    """The rows of the family's query over the starting state, as column → value, streamed (replayed when the
+    runtime keeps them, :func:`remember_family_rows`).
 
     The query runs read-only under the world's authorizer with a budget of
     :data:`FAMILY_QUERY_SECONDS`; more than :data:`FAMILY_ROW_LIMIT` rows is an error.
     """
     if task.family is None:
         raise WorldFormatError(f"{where}: not a family task")
+    kept = runtime.memo.get(MEMO_KEY)
+    if not isinstance(kept, dict):
+        with closing(_query_batches(runtime, task.family.query, where)) as batches:
+            for columns, batch in batches:
+                for row in batch:
+                    yield dict(zip(columns, row, strict=True))
+        return
+    if task.family.query not in kept:
+        read = [(columns, batch) for columns, batch in _query_batches(runtime, task.family.query, where)]
+        kept[task.family.query] = read
+    for columns, batch in kept[task.family.query]:
+        for row in batch:
+            yield dict(zip(columns, row, strict=True))
+
+
+def _query_batches(runtime: WorldRuntime, query: str, where: str) -> Generator[tuple[list[str], list[Any]]]:
+    """The family query's rows in batches, each with the column names."""
     count = 0
     try:
         with runtime.guard.world("read", timeout_s=FAMILY_QUERY_SECONDS) as conn:
-            cursor = conn.execute(task.family.query)
+            cursor = conn.execute(query)
             if cursor.description is None:
                 raise WorldFormatError(f"{where}/family/query: must be a SELECT that returns rows")
             columns = [column[0] for column in cursor.description]
@@ -108,8 +137,7 @@ def iter_family_rows(runtime: WorldRuntime, task: Task, where: str = "task") -> 
                 if count > FAMILY_ROW_LIMIT:
                     raise WorldFormatError(
                         f"{where}/family/query: returns more than {FAMILY_ROW_LIMIT} rows; narrow it")
-                for row in batch:
-                    yield dict(zip(columns, row, strict=True))
+                yield columns, batch
     except (sqlite3.Error, sqlite3.Warning) as exc:
         message = str(exc)
         if "not authorized" in message:

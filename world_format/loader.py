@@ -24,8 +24,9 @@ from .jsontext import loads_strict
 from .loaded import LoadedWorld
 from .manifest import check_bytes, check_listing
 from .models import World
+from .runtime import DigestCache, text_checked_digests
 from .sqlguard import open_memory_copy
-from .state import build_seed, check_seed
+from .state import TableDigest, build_seed, check_seed
 from .validate import validate_world
 
 WORLD_FILE = "world.json"
@@ -177,8 +178,10 @@ def _load_package(directory: Path, budget: Budget) -> LoadedWorld:
     conn = open_memory_copy(seed) if seed[:16] == SQLITE_HEADER else None
     if conn is None:
         raise WorldFormatError(f"{directory / SEED_FILE}: not an SQLite database")
-    try:
-        check_seed(conn, world.state, str(directory))
+    digests: dict[str, TableDigest] = {}
+    try:  # the text check is the seed digest's pass (one pass over the rows for both)
+        check_seed(conn, world.state, str(directory),
+                   check_text=lambda: digests.update(text_checked_digests(conn, world.state, str(directory))))
     finally:
         conn.close()
-    return LoadedWorld(world, seed, "package", directory)
+    return LoadedWorld(world, seed, "package", directory, DigestCache(digests))

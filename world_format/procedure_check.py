@@ -35,25 +35,20 @@ from collections.abc import Iterable
 from typing import Any
 
 from world_format.canonical import canonical_json
-from world_format.keys import key_expression, key_from_sql, normalize_key
+from world_format.keys import normalize_key
 from world_format.models import ConfirmedWrite, World
 from world_format.procedures import Identification, identification, identifications
 from world_format.runtime import WorldRuntime
-from world_format.state import quote_identifier
 
 from .confirmation import Lookup, request_problem, required_statements, seed_lookup
 from .entities import Entities
 from .events import Event, message_events
+from .revealing import Revealing
 from .values import normalize_text
 
 MAX_EXAMPLES = 5
 """Violations a report quotes (it counts all of them)."""
 MEMO_KEY = "procedure_checker"
-MIN_REVEALED_CHARS = 4
-"""A natural-key value shorter than this is not looked for in what the agent says (it could be any word)."""
-
-Revealing = dict[str, tuple[tuple[str, frozenset[str]], ...]]
-"""The identity table's natural-key values by first token: (normalized value, the customers holding it)."""
 
 
 def declared(world: World) -> list[str]:
@@ -69,24 +64,13 @@ def declared(world: World) -> list[str]:
     return found
 
 
-def _revealing(runtime: WorldRuntime, ident: Identification | None) -> Revealing:
-    """Every customer's natural-key values (the identity anchor's ``natural_keys``), read once from the seed."""
-    anchor = runtime.world.state.anchor(ident.table) if ident else None
-    table = runtime.world.state.table(ident.table) if ident else None
-    if anchor is None or table is None:
-        return {}
-    holders: dict[str, set[str]] = {}
-    name = quote_identifier(table.name)
-    for column in anchor.natural_keys:
-        rows = runtime.pristine.execute(f"SELECT {key_expression(table, name)}, {quote_identifier(column)} FROM {name}")
-        for key, value in rows:
-            text = normalize_text(str(value)) if value is not None else ""
-            if len(text) >= MIN_REVEALED_CHARS:
-                holders.setdefault(text, set()).add(canonical_json(normalize_key(key_from_sql(table, key))))
-    index: dict[str, list[tuple[str, frozenset[str]]]] = {}
-    for text, customers in sorted(holders.items()):
-        index.setdefault(text.split(" ", 1)[0], []).append((text, frozenset(customers)))
-    return {token: tuple(values) for token, values in index.items()}
+def _revealing(world: World, entities: Entities, ident: Identification | None) -> Revealing | None:
+    """Every customer's natural-key values (the identity anchor's ``natural_keys``), found on demand in the seed."""
+    anchor = world.state.anchor(ident.table) if ident else None
+    table = world.state.table(ident.table) if ident else None
+    if anchor is None or table is None or not anchor.natural_keys:
+        return None
+    return Revealing(world, entities.seed, table, tuple(anchor.natural_keys))
 
 
 class ProcedureChecker:
@@ -99,7 +83,7 @@ class ProcedureChecker:
         self.identification = identification(world)
         self.identifying_tools = {ident.tool for ident in identifications(world)}
         self.confirmed_tools = {tool.name for tool in world.tools if tool.confirm}
-        self.revealing = revealing or {}
+        self.revealing = revealing
 
     @classmethod
     def of(cls, runtime: WorldRuntime, entities: Entities | None = None) -> ProcedureChecker:
@@ -109,7 +93,7 @@ class ProcedureChecker:
             if entities is None:
                 with runtime.guard.host() as conn:
                     entities = Entities(runtime.world, conn)
-            found = cls(runtime.world, entities, _revealing(runtime, identification(runtime.world)))
+            found = cls(runtime.world, entities, _revealing(runtime.world, entities, identification(runtime.world)))
             runtime.memo[MEMO_KEY] = found
         return found
 
@@ -200,12 +184,12 @@ class ProcedureChecker:
     def _revealed(self, text: str, identified: set[str], heard: str) -> list[tuple[str, str]]:
         """What the agent said that names a customer other than the identified one: a natural-key value only others
         hold, which the customer did not write themself (``heard``: what they wrote, normalized and padded)."""
-        if not text or not self.revealing:
+        if not text or self.revealing is None:
             return []
         said = normalize_text(text)
         padded = f" {said} "
         for token in dict.fromkeys(said.split()):
-            for value, holders in self.revealing.get(token, ()):
+            for value, holders in self.revealing.holders(token):
                 if not holders & identified and f" {value} " in padded and f" {value} " not in heard:
                     return [("another_customer", f"the agent states {value!r}, which identifies another customer")]
         return []

@@ -20,9 +20,9 @@ from world_format.errors import ToolCallError, WorldFormatError
 
 from .executor import CompiledTool, compile_tool, execute_tool
 from .keys import key_expression, key_from_sql, key_parameters, key_where, normalize_key
-from .models import Table, World
+from .models import State, Table, World
 from .sqlguard import CHANGE_LOG_TABLE, TRIGGER_PREFIX, Guard, open_memory_copy
-from .state import MODULUS, TableDigest, normalize_value, quote_identifier, state_hash
+from .state import MODULUS, TableDigest, check_seed_text, normalize_value, quote_identifier, state_hash
 
 
 def _value_sql(name: str, declared: str, strict: bool) -> str:
@@ -78,6 +78,19 @@ def scan_digests(conn: sqlite3.Connection, tables: Sequence[Table],
     return {table.name: _table_digest(conn, table, table.name in strict) for table in tables}
 
 
+def text_checked_digests(conn: sqlite3.Connection, state: State, source: str) -> dict[str, TableDigest]:
+    """:func:`scan_digests` of every table of ``conn`` (an unguarded copy of a seed), which also checks that every
+    text value is UTF-8: each row's text is decoded as it is fetched, and a value that is not UTF-8 fails the
+    decode. WorldFormatError naming the table, row and column (:func:`world_format.state.check_seed_text`)."""
+    try:
+        return scan_digests(conn, state.tables, strict_tables(conn))
+    except sqlite3.OperationalError as exc:
+        if "decode" not in str(exc):
+            raise
+        check_seed_text(conn, state, source)
+        raise WorldFormatError(f"{source}: seed.sqlite holds text that is not UTF-8 ({exc})") from None
+
+
 class DigestCache:
     """The seed's table digests, computed by the first runtime that needs them, then shared.
 
@@ -85,9 +98,9 @@ class DigestCache:
     of the seed happens once per load, however many runtimes, episodes and probes follow.
     """
 
-    def __init__(self) -> None:
-        self.value: dict[str, TableDigest] | None = None
-        self.scans = 0
+    def __init__(self, value: dict[str, TableDigest] | None = None) -> None:
+        self.value: dict[str, TableDigest] | None = value
+        self.scans = 0 if value is None else 1
 
     def get(self, conn: sqlite3.Connection, tables: Sequence[Table], strict: Collection[str]) -> dict[str, TableDigest]:
         """The digests, scanning ``conn`` (a pristine copy of the seed) only the first time."""

@@ -8,7 +8,8 @@ key, ``unique``, one of an anchor's ``natural_keys``, or the target of a tool pa
 from __future__ import annotations
 
 from .models import World
-from .runtime import WorldRuntime
+from .runtime import FieldValues, WorldRuntime
+from .state import quote_identifier
 
 
 def text_key_columns(world: World) -> list[tuple[str, str]]:
@@ -25,10 +26,30 @@ def text_key_columns(world: World) -> list[tuple[str, str]]:
     return found
 
 
+MEMO_KEY = "text_key_values"
+
+
+def _letterless_values(runtime: WorldRuntime, table: str, column: str) -> FieldValues:
+    """The values of ``table.column`` in the starting state that hold no ASCII letter, as :class:`FieldValues`
+    (read once per runtime and its forks, :attr:`WorldRuntime.memo`).
+
+    A value with an ASCII letter keeps it in its normalized text (:func:`world_format.values.normalize_text`), so
+    only these can be read as all digits: SQLite's scan leaves the others out (an email, a SKU) unread.
+    """
+    memo = runtime.memo.setdefault(MEMO_KEY, {})
+    found = memo.get((table, column))
+    if found is None:
+        name = quote_identifier(column)
+        rows = runtime.pristine.execute(f"SELECT DISTINCT {name} FROM {quote_identifier(table)} WHERE {name} IS NOT "
+                                        f"NULL AND NOT (typeof({name}) = 'text' AND {name} GLOB '*[A-Za-z]*')")
+        found = memo[(table, column)] = FieldValues.of(value for (value,) in rows)
+    return found
+
+
 def is_text_key(runtime: WorldRuntime, text: str) -> bool:
-    """Whether ``text``, all digits, is a value some text key column holds in the starting state (each column read
-    once per runtime, :meth:`WorldRuntime.field_values`)."""
+    """Whether ``text``, all digits, is a value some text key column holds in the starting state (the normalized
+    text of one of its values: each column's values that could be read once per runtime)."""
     if not text.isdigit():
         return False
-    return any(text in runtime.field_values(table, column).by_first_token.get(text, ())
+    return any(text in _letterless_values(runtime, table, column).by_first_token.get(text, ())
                for table, column in text_key_columns(runtime.world))

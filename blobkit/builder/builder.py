@@ -16,6 +16,7 @@ from blobkit.errors import KitError
 from blobkit.wording import task_defects, world_words
 from world_format.archive import write_tar_zst
 from world_format.canonical import canonical_bytes
+from world_format.family import remember_family_rows
 from world_format.jsontext import json_lines
 from world_format.kit import KIT_FILE
 from world_format.loaded import LoadedWorld
@@ -44,6 +45,7 @@ def _load(world_path: Path, progress: Progress) -> tuple[LoadedWorld, WorldRunti
     progress("load", 0, 1)
     loaded = load_world(world_path, validate=False)
     runtime = loaded.runtime()
+    remember_family_rows(runtime)  # validation reads each family query's first row, minting all its rows: one run
     try:
         validate_world(loaded, runtime)
         runtime.seed_digests  # noqa: B018 - the one full scan of the seed, done here rather than in the first probe

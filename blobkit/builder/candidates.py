@@ -7,6 +7,7 @@ a seeded hash of its anchor row's connected entity (:class:`blobkit.builder.side
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -45,14 +46,21 @@ class TaskEntry:
     """Cases the gate left out, counted by the first probe (or check) each did not fail."""
 
 
-def _scan_order(minter: Minter, table: str, held_out: set[str]) -> list[Any]:
+def _scan_order(minter: Minter, table: str, held_out: set[str]) -> Iterator[Any]:
     """The anchor table's keys in their seeded order, but held-out rows of entities that an earlier task already
     holds out come last: each task's held-out cases then concern entities no other task's do, where the world has
-    them, so a kit's held-out pass rate rests on as many independent entities as it can."""
-    def seen(key: Any) -> bool:
-        return minter.sides.side(table, key) == "eval" and minter.sides.entity(table, key) in held_out
+    them, so a kit's held-out pass rate rests on as many independent entities as it can.
 
-    return sorted(minter.keys(table), key=seen)  # stable: the seeded order within each group
+    Streamed: a key's side and entity are looked up only when the scan reaches it, so a task that finds its cases
+    in the first few hundred keys looks at a few hundred rows, however large the table (``held_out`` must not
+    change while the scan runs)."""
+    later = []
+    for key in minter.keys(table):
+        if minter.sides.side(table, key) == "eval" and minter.sides.entity(table, key) in held_out:
+            later.append(key)
+        else:
+            yield key
+    yield from later
 
 
 def _minted_instances(minter: Minter, spec: TaskSpec, config: BuildConfig, held_out: set[str]) -> list[Instance]:

@@ -236,7 +236,9 @@ class Minter:
             with self.runtime.guard.host() as conn:
                 rows = conn.execute(f"SELECT {key_expression(declared, quote_identifier(table))} "
                                     f"FROM {quote_identifier(table)} ORDER BY {order}").fetchall()
-            keys = [normalize_key(key_from_sql(declared, row[0])) for row in rows]
+            keys = [row[0] for row in rows]
+            if declared.composite or any(type(key) is not int and type(key) is not str for key in keys):
+                keys = [normalize_key(key_from_sql(declared, key)) for key in keys]  # else each is its own normal form
             random.Random(f"{self.seed}:{table}:keys").shuffle(keys)
             self._keys[table] = tuple(keys)
         return self._keys[table]

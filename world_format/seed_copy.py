@@ -1,0 +1,29 @@
+"""A private, read-only copy of a seed for lookups shared between runtimes.
+
+Objects derived from a world and its seed (entity roots, the natural keys a procedure check looks for) are made
+once and shared by every fork of a runtime, so they may hold no connection a runtime owns and closes. When they
+read the seed on demand rather than all at once, they read this copy, taken when they are made.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from typing import Any
+
+from .sqlguard import open_memory_copy
+
+
+class SeedCopy:
+    """A read-only in-memory copy of the database ``conn`` holds (later writes to ``conn`` are not seen); reads from
+    several threads are serialised."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = open_memory_copy(conn.serialize())
+        self._conn.execute("PRAGMA query_only=ON")
+        self._lock = threading.Lock()
+
+    def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        """Every row of one read-only statement (a list of tuples)."""
+        with self._lock:
+            return self._conn.execute(sql, params).fetchall()
