@@ -23,8 +23,11 @@ from worlds import small_world
 
 from blobkit.cli import app
 from blobkit.company import CHECKS, STAGES, CompanyConfig, JobStore, create_job, inspect_source, run_job
+from blobkit.company.records import JobResults
 from blobkit.company.schema import SCHEMA_VERSION
+from blobkit.company.stage_records import STAGE_RECORDS, ReplayStage, stage_record
 from blobkit.errors import JobError, JobNotFoundError
+from world_format.canonical import canonical_json
 
 # Tiny settings: a 32-wide, 2-layer model, 2 training cases and 1 held-out case per task, short episodes. The small
 # world's held-out cases concern 2 independent entities, below company inspect's minimum: the tests of the job's
@@ -729,6 +732,39 @@ def test_the_replay_result_arrives_as_data_from_a_spawned_process(finished_job: 
     assert (episode["case_id"], episode["verdict"], episode["turns"]) == (replay["case_id"], replay["verdict"],
                                                                           replay["turns"])
     assert episode["passed"] == (replay["outcome"] == "passed") and "stdout" not in recorded
+
+
+def test_every_stage_record_reads_back_as_its_typed_record_byte_for_byte(
+        finished_job: tuple[Path, dict[str, Any]]) -> None:
+    """The job store's stage records, results and replay, read back as their typed records, re-serialise to the same
+    JSON (what does not apply stays absent, not null)."""
+    _, job = finished_job
+    for checkpoint in job["checkpoints"]:
+        record = stage_record(checkpoint["stage"], checkpoint["record"], job["id"])
+        assert isinstance(record, STAGE_RECORDS[checkpoint["stage"]])
+        assert canonical_json(record.to_json()) == canonical_json(checkpoint["record"]), checkpoint["stage"]
+    assert canonical_json(JobResults.model_validate(job["results"]).to_json()) == canonical_json(job["results"])
+    assert canonical_json(ReplayStage.model_validate(job["replay"]).to_json()) == canonical_json(job["replay"])
+    assert "sft_as_measured_by_rl" not in job["results"] and "error" not in job["replay"]
+
+
+def test_a_stage_record_this_blobkit_cannot_read_fails_the_resume_naming_the_stage_and_field(
+        store: JobStore, source: Path, finished_job: tuple[Path, dict[str, Any]]) -> None:
+    """A checkpoint written before the qualify record kept the held-out size: the resume ends the job failed with a
+    JobError that says where, instead of a KeyError in a later stage."""
+    _, finished = finished_job
+    qualify = next(c["record"] for c in finished["checkpoints"] if c["stage"] == "qualify")
+    older = {key: value for key, value in qualify.items() if key != "held_out"}
+    with pytest.raises(JobError, match=r"job job-x: the checkpointed record of stage qualify is not one this blobkit "
+                                       r"reads \(1 problem\(s\), first at held_out: Field required\)"):
+        stage_record("qualify", older, "job-x")
+    job_id = create_job(store, source, "tiny", tiny_config())
+    with store.conn:
+        store.conn.execute("INSERT INTO checkpoints (job_id, stage, position, started_at, completed_at, record, "
+                           "artifacts) VALUES (?, 'qualify', 0, 0, 0, ?, '{}')", (job_id, canonical_json(older)))
+    job = run_job(store, job_id)
+    assert job["status"] == "failed" and job["outcome"]["stage"] == "qualify"
+    assert job["errors"][-1]["code"] == "JobError" and "first at held_out" in job["errors"][-1]["message"]
 
 
 def test_a_stopped_replay_process_is_terminated() -> None:

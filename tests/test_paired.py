@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from blobkit.company.records import typed_results
-from blobkit.company.results import assemble_results
+from blobkit.company.results import job_results
 from trainers.config import TrainConfig
 from trainers.errors import ScoreError
 from trainers.evaluation import EpisodeResult, EvalSummary
@@ -106,7 +105,7 @@ def test_an_sft_report_carries_the_paired_comparison_into_the_company_results(tm
     sft = EvalSummary(tuple(_result(f"c{i}", i < 8, f"e{i // 2}") for i in range(10)))
     report = sft_report(base, sft, FitResult(tmp_path, "lora", {}, 3, 1.0, [], None), "0" * 64)
     assert report.sft_vs_base.only_later == 5 and report.sft_vs_base.entities == 5
-    results = typed_results(assemble_results({"sft": {"report": report.to_json()}}, complete=False))
+    results = job_results(False, report)
     assert results.sft_minus_base is not None and results.sft_minus_base.paired is not None
     assert results.sft_minus_base.paired.difference == pytest.approx(0.5)
 

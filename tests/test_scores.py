@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from blobkit.adversaries import trajectories
 from blobkit.cli import app
-from blobkit.company.results import assemble_results
+from blobkit.company.results import job_results
 from trainers.errors import ScoreError, TrajectoryError
 from trainers.eval_record import LeftOut
 from trainers.evaluation import EpisodeResult, EvalSummary, replay_trajectory, run_episodes
@@ -135,13 +135,12 @@ def test_a_company_result_says_partial_and_why(tmp_path: Path) -> None:
                                               (), (), f"e{i}") for i in range(2)))
     report = sft_report(summary, summary, FitResult(tmp_path, "lora", {}, 1, 1.0, [], None), "0" * 64)
     left_out = LeftOut(untokenizable=0, cases={}, why="none")
-    records: dict[str, Any] = {"kit": {"frozen": {"eval_cases": 6}}, "sft": {"report": report.model_copy(
-        update={"eval_limit": 2, "left_out": left_out}).to_json()}}
-    held_out = assemble_results(records, complete=True)["held_out"]
-    assert held_out["partial"] is True and "partial_unexplained" not in held_out
-    records["sft"]["report"]["eval_limit"] = None
-    held_out = assemble_results(records, complete=True)["held_out"]
-    assert held_out["partial_unexplained"] == "4 held-out cases were neither evaluated nor left out"
+    limited = report.model_copy(update={"eval_limit": 2, "left_out": left_out})
+    held_out = job_results(True, limited, eval_cases=6).held_out
+    assert held_out is not None and held_out.partial is True and held_out.partial_unexplained is None
+    held_out = job_results(True, limited.model_copy(update={"eval_limit": None}), eval_cases=6).held_out
+    assert held_out is not None
+    assert held_out.partial_unexplained == "4 held-out cases were neither evaluated nor left out"
 
 
 # --------------------------------------------------------------------------- item 8: model output in every shape

@@ -2,9 +2,11 @@
 ``replay``, and what the training service returns for a worker job (one definition, :mod:`.results` fills it).
 The rates, refusal errors and deltas are eval.json's own records (:mod:`trainers.eval_record`), not copies.
 
-The shapes follow :func:`blobkit.company.results.assemble_results` and ``trainers.intervals.rate_record``;
-:func:`typed_results` validates a results dict into them (strictly: an unknown key is an error, so drift between
-the pipeline and these records fails a test rather than passing silently).
+:func:`blobkit.company.results.assemble_results` builds :class:`JobResults` from the stage records
+(:mod:`.stage_records`); the job store and results.json keep :meth:`JobResults.to_json` (what does not apply absent),
+the API the model itself (null). :func:`typed_results` and :func:`typed_replay` read the store's JSON back
+(strictly: an unknown key is an error, so drift between the pipeline and these records fails a test rather than
+passing silently).
 """
 
 from __future__ import annotations
@@ -13,10 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from trainers.eval_record import Delta, RateRecord, Refusal, TrainingReport
+from trainers.eval_record import Delta, RateRecord, Refusal
 from trainers.pass_k import PassK
-from trainers.plan_record import BaseRecord, NotTokenized, Tokenized
-from trainers.record import Record as FileRecord
 
 
 class Record(BaseModel):
@@ -104,6 +104,11 @@ class JobResults(Record):
     held_out: HeldOut | None = None
     """How much of the held-out set the rates cover."""
 
+    def to_json(self) -> dict[str, Any]:
+        """The results as the job store and results.json hold them: what does not apply is absent (the API's form,
+        ``model_dump``, gives it as null)."""
+        return dict(self.model_dump(mode="json", exclude_unset=True))
+
 
 class ReplayOutcome(Record):
     """The replay of one held-out case by the export, reloaded in a fresh process."""
@@ -124,37 +129,8 @@ class ReplayOutcome(Record):
     """What the replay shows, and what it does not."""
 
 
-class PlannedRun(FileRecord):
-    """What a training stage keeps of its plan.json (the whole plan is the stage's ``plan`` artifact)."""
-
-    rows: int
-    """Training rows."""
-    tokens: Tokenized | NotTokenized
-    """Their token counts, when the base's tokenizer is here."""
-    estimated_optimizer_steps: int
-    """Optimizer steps the plan expects."""
-    base: BaseRecord
-    """Where the base comes from."""
-
-
-class TrainingStage(FileRecord):
-    """The record of the ``sft`` or ``rl`` stage of a company job, as the job store keeps it."""
-
-    _omitted = frozenset({"rollout_model_calls_allowed"})
-    plan: PlannedRun
-    """The plan's figures."""
-    report: TrainingReport
-    """The run's eval.json."""
-    model_calls: int
-    """Model calls the stage made (its evaluations, and GRPO's rollouts)."""
-    model_calls_exact: bool
-    """Whether ``model_calls`` is counted (else an upper bound)."""
-    rollout_model_calls_allowed: int | None = None
-    """The rl stage: the rollout calls the job's budget allowed it."""
-
-
 def typed_results(results: dict[str, Any]) -> JobResults:
-    """A results dict (``assemble_results``) as :class:`JobResults`."""
+    """A job's results as the job store holds them (:meth:`JobResults.to_json`) as :class:`JobResults`."""
     return JobResults.model_validate(results)
 
 

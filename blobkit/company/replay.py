@@ -4,7 +4,8 @@ The point of the stage is the fresh process: nothing of the training run is in m
 what passes is what was exported. :func:`run_spawned` starts a ``spawn`` child (a new Python
 interpreter that imports what it needs), runs :func:`replay_export` in it (``trainers.replay``'s
 ``replay_case``) and receives its result as data, ``trainers.replay.replay_record``'s plain dict,
-through a pipe. While the child runs, ``stop()`` is polled; a cancellation terminates it.
+through a pipe; :func:`replay_summary` makes the stage's :class:`~.stage_records.ReplayStage` of it.
+While the child runs, ``stop()`` is polled; a cancellation terminates it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
+
+from .stage_records import ReplayStage, ReplayVerdict
 
 POLL_S = 0.5
 """Seconds between two polls of ``stop()`` while the child runs."""
@@ -112,14 +115,15 @@ def replay_export(export: Path, kit_dir: Path, max_turns: int) -> dict[str, Any]
     return replay_record(result, manifest)
 
 
-def replay_summary(run: SpawnedRun, call: str) -> dict[str, Any]:
-    """The replay outcome for the job record: passed/failed by the case's VCode, or error when the child failed."""
-    base = {"fresh_process": True, "start_method": "spawn", "pid": run.pid, "exitcode": run.exitcode, "call": call,
-            "claims": CLAIMS}
+def replay_summary(run: SpawnedRun, call: str) -> ReplayStage:
+    """The replay outcome for the job record: passed/failed by the case's VCode, or error when the child failed
+    (then the case's fields are left unset: absent from the record)."""
     result = run.value
+    how = {"fresh_process": True, "start_method": "spawn", "pid": run.pid, "exitcode": run.exitcode, "call": call,
+           "claims": CLAIMS}
     if not isinstance(result, dict):
-        return {**base, "outcome": "error", "error": run.error or "no result"}
-    return {**base, "outcome": "passed" if result["passed"] else "failed", "case_id": result["case_id"],
-            "template": result["template"], "verdict": result["verdict"],
-            "answer": None if result["answer"] is None else result["answer"][:ANSWER_CHARS],
-            "turns": result["turns"], "tool_calls": len(result["trace"]), "model_kind": result.get("model_kind")}
+        return ReplayStage(**how, outcome="error", error=run.error or "no result")
+    return ReplayStage(**how, outcome="passed" if result["passed"] else "failed", case_id=result["case_id"],
+                       template=result["template"], verdict=ReplayVerdict.model_validate(result["verdict"]),
+                       answer=None if result["answer"] is None else result["answer"][:ANSWER_CHARS],
+                       turns=result["turns"], tool_calls=len(result["trace"]), model_kind=result.get("model_kind"))

@@ -8,11 +8,14 @@ evaluates the base and the reloaded SFT export on the held-out cases), RL from t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from trainers.eval_record import EvalRecord, GRPOReport, SFTReport, TrainingReport, report_from_json
+from trainers.eval_record import Delta, EvalRecord, GRPOReport, SFTReport, TrainingReport
 
 from .held_out import MIN_HELD_OUT_ENTITIES, entities_text
+from .records import HeldOut, JobResults, Rate
+from .stage_records import HeldOutSize, KitStage, QualifyStage, StageRecord, TrainingStage
 
 SMALL_HELD_OUT = "held-out too small to mean anything"
 """How a job's check, events and results name a held-out set below the minimum."""
@@ -22,43 +25,57 @@ SUMMARY_KEYS = ("pass_rate", "cases", "passed", "entities", "interval_95", "side
                 "decoding")
 
 
-def _summary(evaluation: EvalRecord, measured_by: str) -> dict[str, Any]:
+def _summary(evaluation: EvalRecord, measured_by: str) -> Rate:
     found = evaluation.to_json()
-    return {**{k: found[k] for k in SUMMARY_KEYS if k in found}, "measured_by": measured_by}
+    return Rate.model_validate({**{k: found[k] for k in SUMMARY_KEYS if k in found}, "measured_by": measured_by})
 
 
-def _report(records: dict[str, dict[str, Any]], stage: str) -> TrainingReport | None:
+def _report(records: Mapping[str, StageRecord], stage: str) -> TrainingReport | None:
     """The stage's eval.json report, as its record keeps it (None before the stage ran)."""
-    found = records.get(stage, {}).get("report")
-    return report_from_json(found) if found else None
+    found = records.get(stage)
+    return found.report if isinstance(found, TrainingStage) else None
 
 
-def assemble_results(records: dict[str, dict[str, Any]], complete: bool) -> dict[str, Any]:
-    """Measured results from stage records: base and SFT from the SFT stage, RL from the RL stage."""
-    results: dict[str, Any] = {"complete": complete}
-    kit = records.get("kit", {}).get("frozen", {})
-    sft, rl = _report(records, "sft"), _report(records, "rl")
+def assemble_results(records: Mapping[str, StageRecord], complete: bool) -> JobResults:
+    """Measured results from stage records: base and SFT from the SFT stage, RL from the RL stage, the held-out
+    size from the kit and qualify stages (:func:`job_results`)."""
+    kit, qualify = records.get("kit"), records.get("qualify")
+    return job_results(complete, _report(records, "sft"), _report(records, "rl"),
+                       kit.frozen.eval_cases if isinstance(kit, KitStage) else None,
+                       qualify.held_out if isinstance(qualify, QualifyStage) else None)
+
+
+def job_results(complete: bool, sft: TrainingReport | None = None, rl: TrainingReport | None = None,
+                eval_cases: int | None = None, qualified: HeldOutSize | None = None) -> JobResults:
+    """The results of a job whose SFT and RL stages reported ``sft`` and ``rl`` (None: the stage did not run), on a
+    kit of ``eval_cases`` held-out cases whose size qualify found to be ``qualified``. A result that does not apply
+    is left unset (absent from :meth:`JobResults.to_json`)."""
+    parts: dict[str, Any] = {}
     if isinstance(sft, SFTReport):
-        results["base"] = _summary(sft.base, "sft stage: the base model before training")
-        results["sft"] = _summary(sft.sft, "sft stage: the exported SFT model, reloaded")
-        results["sft_minus_base"] = {"pass_rate": round(sft.sft.pass_rate - sft.base.pass_rate, 4),
-                                     "cases": sft.sft.cases, "paired": sft.sft_vs_base.model_dump(mode="json")}
-        results["sft_stopped_by"] = sft.stopped_by
+        parts["base"] = _summary(sft.base, "sft stage: the base model before training")
+        parts["sft"] = _summary(sft.sft, "sft stage: the exported SFT model, reloaded")
+        parts["sft_minus_base"] = Delta(pass_rate=round(sft.sft.pass_rate - sft.base.pass_rate, 4),
+                                        cases=sft.sft.cases, paired=sft.sft_vs_base)
+        parts["sft_stopped_by"] = sft.stopped_by
     if isinstance(rl, GRPOReport) and rl.rl_minus_sft is not None:
-        results["rl"] = _summary(rl.rl, "rl stage: the exported RL model")
-        results["rl_minus_sft"] = rl.rl_minus_sft.to_json()
-        results["rl_stopped_by"] = rl.stopped_by
+        parts["rl"] = _summary(rl.rl, "rl stage: the exported RL model")
+        parts["rl_minus_sft"] = Delta.model_validate(rl.rl_minus_sft.to_json())
+        parts["rl_stopped_by"] = rl.stopped_by
         if isinstance(sft, SFTReport) and rl.sft is not None and rl.sft.pass_rate != sft.sft.pass_rate:
-            results["sft_as_measured_by_rl"] = _summary(rl.sft, "rl stage: its own evaluation of the SFT start")
-    evaluated = [results[name] for name in ("base", "sft", "rl") if name in results]
-    if kit and evaluated:
-        cases = min(summary["cases"] for summary in evaluated)
-        results["held_out"] = {"cases_in_kit": kit["eval_cases"], "cases_evaluated": cases,
-                               "coverage": round(cases / kit["eval_cases"], 4),
-                               "case_counts_match": len({summary["cases"] for summary in evaluated}) == 1,
-                               **_partial(cases, kit["eval_cases"], sft or rl),
-                               **_entities(records.get("qualify", {}).get("held_out", {}), evaluated)}
-    return results
+            parts["sft_as_measured_by_rl"] = _summary(rl.sft, "rl stage: its own evaluation of the SFT start")
+    evaluated: list[Rate] = [parts[name] for name in ("base", "sft", "rl") if name in parts]
+    if eval_cases is not None and evaluated:
+        parts["held_out"] = _held_out(evaluated, eval_cases, sft or rl, qualified)
+    return JobResults(complete=complete, **parts)
+
+
+def _held_out(evaluated: list[Rate], in_kit: int, report: TrainingReport | None,
+              qualified: HeldOutSize | None) -> HeldOut:
+    """How much of the kit's ``in_kit`` held-out cases the ``evaluated`` rates cover."""
+    cases = min(rate.cases for rate in evaluated)
+    return HeldOut(cases_in_kit=in_kit, cases_evaluated=cases, coverage=round(cases / in_kit, 4),
+                   case_counts_match=len({rate.cases for rate in evaluated}) == 1,
+                   **_partial(cases, in_kit, report), **_entities(qualified, evaluated))
 
 
 def _partial(cases: int, in_kit: int, report: TrainingReport | None) -> dict[str, Any]:
@@ -75,17 +92,17 @@ def _partial(cases: int, in_kit: int, report: TrainingReport | None) -> dict[str
     return found
 
 
-def _entities(qualified: dict[str, Any], evaluated: list[dict[str, Any]]) -> dict[str, Any]:
+def _entities(qualified: HeldOutSize | None, evaluated: list[Rate]) -> dict[str, Any]:
     """Independent entities in the kit and evaluated, the minimum, and ``too_small`` when the rates are below it."""
-    counts = [summary["entities"] for summary in evaluated if "entities" in summary]
+    counts = [rate.entities for rate in evaluated if rate.entities is not None]
     if not counts:
         return {}
-    found = {"entities_in_kit": qualified.get("entities"), "entities_evaluated": min(counts),
-             "entities_minimum": MIN_HELD_OUT_ENTITIES}
+    found: dict[str, Any] = {"entities_in_kit": qualified.entities if qualified else None,
+                             "entities_evaluated": min(counts), "entities_minimum": MIN_HELD_OUT_ENTITIES}
     if min(counts) < MIN_HELD_OUT_ENTITIES:
-        why = ("; the job waived the minimum (allow_small_held_out)" if qualified.get("minimum_waived")
-               else f"; eval_limit left out cases of the kit's {qualified['entities']}"
-               if qualified.get("entities", 0) > min(counts) else "")
+        why = ("; the job waived the minimum (allow_small_held_out)" if qualified and qualified.minimum_waived
+               else f"; eval_limit left out cases of the kit's {qualified.entities}"
+               if qualified and qualified.entities > min(counts) else "")
         found["too_small"] = (f"{SMALL_HELD_OUT}: the pass rates are over {entities_text(min(counts))}, fewer than "
                               f"the {MIN_HELD_OUT_ENTITIES} a pass rate needs{why}")
     return found

@@ -31,6 +31,7 @@ from .budget import BUDGETS, JobBudget
 from .config import CompanyBudgets, CompanyConfig, with_turn_caps
 from .identity import job_identity
 from .results import assemble_results
+from .stage_records import ReplayStage, StageRecord, stage_record
 from .stages import CHECKS, STAGE_FUNCTIONS, STAGES, StageContext, StageOutcome, StageStopped
 from .store import JobStore
 from .workers import HEARTBEAT_S, worker_id
@@ -82,7 +83,7 @@ class Runner:
                 max_minutes=raised["max_minutes"], max_model_calls=raised["max_model_calls"])})
         self.budget = JobBudget(self.config.budgets, float(job["usage"]["active_seconds"]),
                                 int(job["usage"]["model_calls"]))
-        self.records: dict[str, dict[str, Any]] = {}
+        self.records: dict[str, StageRecord] = {}
         self.context = StageContext(store, job_id, job["identity"], self.config, self.records, self.budget,
                                     self.stop, self.log)
         self.interrupted = False
@@ -182,8 +183,9 @@ class Runner:
                 return
             if not self._run_stage(position, stage):
                 return
-        replay = self.records["replay"]["outcome"]
-        self._end("succeeded", None, None, f"every stage completed; the replay {replay}")
+        replay = self.records["replay"]
+        assert isinstance(replay, ReplayStage)  # a completed replay stage's record (a stopped one ends the job)
+        self._end("succeeded", None, None, f"every stage completed; the replay {replay.outcome}")
 
     def _resolve_turn_caps(self) -> None:
         """Once the kit exists, derive the stages' unset turn caps from its longest case (the stages, the budget
@@ -194,13 +196,18 @@ class Runner:
             self.context.config = with_turn_caps(self.context.config, longest_case(kit)[1])
 
     def _skip(self, stage: str, checkpoint: dict[str, Any]) -> bool:
-        """Reuse a checkpointed stage; False (job failed) when its artifacts changed since."""
+        """Reuse a checkpointed stage; False (job failed) when its artifacts changed since, or when its record is
+        not one this blobkit reads (:func:`.stage_records.stage_record`)."""
         stale = self.store.stale_artifacts(self.job_id, stage)
         if stale:
             self._end_failed(stage, JobError(f"stage {stage} was checkpointed but its artifacts changed since: "
                                              f"{', '.join(stale)}; start a new job"))
             return False
-        self.records[stage] = checkpoint["record"]
+        try:
+            self.records[stage] = stage_record(stage, checkpoint["record"], self.job_id)
+        except JobError as exc:
+            self._end_failed(stage, exc)
+            return False
         self.say(stage, f"stage {stage} skipped: completed at {checkpoint['completed_at']}")
         return True
 
@@ -253,7 +260,7 @@ class Runner:
             entries = {name: self.store.artifact_entry(path) for name, path in outcome.artifacts.items()
                        if path.is_file()}
             self.say(stage, f"partial evidence of stage {stage} kept (not checkpointed)", "warning",
-                     {"record": outcome.record, "artifacts": entries})
+                     {"record": outcome.record.to_json(), "artifacts": entries})
             records[stage] = outcome.record
         self.store.set_results(self.job_id, assemble_results(records, complete=False))
 

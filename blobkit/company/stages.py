@@ -26,13 +26,13 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from blobkit.builder import write_kit
 from blobkit.errors import NotTrainableError, TrainerError
 from trainers.config import TrainConfig
 from trainers.eval_record import GRPOReport, SFTReport, TrainingReport
-from trainers.plan_record import Tokenized
+from trainers.plan_record import BaseRecord, Tokenized
 from world_format.canonical import file_sha256, fsync_dir, replace_dir, staging_dir
 from world_format.kit import Kit, open_kit
 
@@ -40,9 +40,25 @@ from .budget import JobBudget, replay_worst_case, rl_calls, sft_calls
 from .config import TARGET, TINY, CompanyConfig
 from .identity import checked_source
 from .inspect import qualify_source
-from .records import PlannedRun, TrainingStage
 from .replay import replay_export, replay_summary, run_spawned
 from .results import SMALL_HELD_OUT, assemble_results
+from .stage_records import (
+    Admission,
+    BuildRecord,
+    ExportStage,
+    FrozenKit,
+    HeldOutSize,
+    KitStage,
+    KitVerification,
+    Leakage,
+    PlannedRun,
+    PreparedBase,
+    QualifyStage,
+    ReplayStopped,
+    SourceWorld,
+    StageRecord,
+    TrainingStage,
+)
 from .store import JobStore
 
 CHECKS = ("source_valid", "trainable", "kit_leakage_free", "kit_verified", "sft_updates_applied",
@@ -54,6 +70,8 @@ RUN_FIELDS = frozenset({"kit", "base", "revision", "out", "method", "target", "i
 """The TrainConfig fields a stage fills in: where it runs (kit, base, output folder, method, target, warm start)
 and the budget the job has left. Every other training setting comes from the composed config unchanged."""
 
+
+Finished = TypeVar("Finished", QualifyStage, KitStage)
 
 PROGRESS_EVERY_S = 10.0
 """Seconds between two progress events of a stage that reports its own progress (building, verifying a kit)."""
@@ -71,7 +89,7 @@ class StageStopped(Exception):  # noqa: N818 - a stop, not an error: the runner 
 class StageOutcome:
     """What a stage produced."""
 
-    record: dict[str, Any]
+    record: StageRecord
     artifacts: dict[str, Path] = field(default_factory=dict)
     usage: dict[str, int] = field(default_factory=dict)
     calls_exact: bool = True
@@ -87,7 +105,8 @@ class StageContext:
     job_id: str
     identity: dict[str, Any]
     config: CompanyConfig
-    records: dict[str, dict[str, Any]]
+    records: dict[str, StageRecord]
+    """The records of the finished stages, by stage."""
     budget: JobBudget
     stop: Callable[..., str | None]
     """Why the job must stop now, or None; ``stop(force=True)`` polls the store at once."""
@@ -99,14 +118,22 @@ class StageContext:
         """The job's artifact directory."""
         return self.store.job_dir(self.job_id)
 
+    def record(self, stage: str, kind: type[Finished]) -> Finished:
+        """The record of a finished ``stage``; TrainerError when it has not run (or left another kind of record)."""
+        found = self.records.get(stage)
+        if not isinstance(found, kind):
+            raise TrainerError(f"stage {stage} has not completed (its {kind.__name__} is needed here)")
+        return found
+
     @property
     def kit_dir(self) -> Path:
         """The kit the qualify stage wrote."""
-        return Path(self.records["qualify"]["build"]["kit"]["path"])
+        return Path(self.record("qualify", QualifyStage).build.kit.path)
 
     def eval_cases(self) -> int:
         """Held-out cases in the frozen kit (0 before the kit stage)."""
-        return int(self.records.get("kit", {}).get("frozen", {}).get("eval_cases", 0))
+        kit = self.records.get("kit")
+        return kit.frozen.eval_cases if isinstance(kit, KitStage) else 0
 
 
 def stage_progress(ctx: StageContext, stage: str) -> Callable[[str, int, int], None]:
@@ -140,11 +167,15 @@ def run_config(composed: TrainConfig, **run: Any) -> TrainConfig:
 # --------------------------------------------------------------------------- qualify and kit
 
 
-def _held_out_record(report: dict[str, Any]) -> dict[str, Any]:
-    """The qualify record's held-out size: entities, the minimum, and whether the job waived it."""
-    entities = report["admission"]["independent_entities"]
-    return {"entities": entities["eval"], "minimum": entities["eval_minimum"], "needed": entities["eval_needed"],
-            "minimum_waived": bool(report.get("held_out_minimum_waived"))}
+def _qualified(report: dict[str, Any], build: dict[str, Any]) -> QualifyStage:
+    """The qualify record: the inspection's verdict, world and admission, the held-out size (and whether the job
+    waived its minimum), and the kit written."""
+    admission = Admission.model_validate(report["admission"])
+    entities = admission.independent_entities
+    held_out = HeldOutSize(entities=entities.eval, minimum=entities.eval_minimum, needed=entities.eval_needed,
+                           minimum_waived=bool(report.get("held_out_minimum_waived")))
+    return QualifyStage(verdict=report["verdict"], world=SourceWorld.model_validate(report["world"]),
+                        admission=admission, held_out=held_out, build=BuildRecord.model_validate(build))
 
 
 def stage_qualify(ctx: StageContext) -> StageOutcome:
@@ -163,24 +194,22 @@ def stage_qualify(ctx: StageContext) -> StageOutcome:
     if waived:
         ctx.log("qualify")(f"{SMALL_HELD_OUT}: {report['reasons'][-1]}; training anyway because "
                            "allow_small_held_out is set")
-    build = write_kit(built, ctx.dir / "kit")
-    record = {"verdict": report["verdict"], "world": report["world"], "admission": report["admission"],
-              "held_out": _held_out_record(report), "build": build}
-    artifacts = {"inspection": path, "kit": Path(build["kit"]["path"]) / "kit.json",
-                 "kit_archive": Path(build["kit"]["archive"])}
+    record = _qualified(report, write_kit(built, ctx.dir / "kit"))
+    artifacts = {"inspection": path, "kit": Path(record.build.kit.path) / "kit.json",
+                 "kit_archive": Path(record.build.kit.archive)}
     return StageOutcome(record, artifacts)
 
 
-def _prepare_base(ctx: StageContext, kit: Kit) -> dict[str, Any]:
+def _prepare_base(ctx: StageContext, kit: Kit) -> PreparedBase:
     """The base model: the tiny model built from the kit's text, or the catalog/local model."""
     base = ctx.identity["base_model"]
     if base["id"] != TINY:
-        return {"source": base["source"], "name_or_path": base["name_or_path"], "revision": base["revision"]}
+        return PreparedBase(source=base["source"], name_or_path=base["name_or_path"], revision=base["revision"])
     from trainers.tiny_model import build_tiny_model, row_texts
 
     out = build_tiny_model(row_texts(kit.rows()), ctx.dir / "base", ctx.config.tiny)
     weights = file_sha256(out / "model.safetensors")
-    return {"source": TINY, "name_or_path": str(out), "revision": f"tiny-sha256:{weights}"}
+    return PreparedBase(source=TINY, name_or_path=str(out), revision=f"tiny-sha256:{weights}")
 
 
 def _verified(verification: dict[str, Any], archive_ok: bool) -> tuple[bool, str]:
@@ -196,27 +225,26 @@ def _verified(verification: dict[str, Any], archive_ok: bool) -> tuple[bool, str
 def stage_kit(ctx: StageContext) -> StageOutcome:
     from blobkit.verify import verify_kit
 
-    build = ctx.records["qualify"]["build"]
+    build = ctx.record("qualify", QualifyStage).build
     with open_kit(ctx.kit_dir) as kit:
         verification = verify_kit(kit, stage_progress(ctx, "kit"))
-        leakage = kit.meta["leakage"]
-        frozen = {"train_cases": build["train_cases"], "eval_cases": build["eval_cases"], "kit_sha256": kit.sha256,
-                  "train_cases_sha256": file_sha256(kit.path("train_cases.jsonl")),
-                  "eval_cases_sha256": file_sha256(kit.path("eval_cases.jsonl")), "leakage": leakage}
+        leakage = Leakage.model_validate(kit.meta["leakage"])
+        frozen = FrozenKit(train_cases=build.train_cases, eval_cases=build.eval_cases, kit_sha256=kit.sha256,
+                           train_cases_sha256=file_sha256(kit.path("train_cases.jsonl")),
+                           eval_cases_sha256=file_sha256(kit.path("eval_cases.jsonl")), leakage=leakage)
         base = _prepare_base(ctx, kit)
-    archive_ok = file_sha256(Path(build["kit"]["archive"])) == build["kit"]["sha256"]
+    archive_ok = file_sha256(Path(build.kit.archive)) == build.kit.sha256
     path = ctx.store.write_json_artifact(ctx.job_id, "kit_verification.json", verification)
     artifacts = {"verification": path}
-    if base["source"] == TINY:
-        artifacts["base_weights"] = Path(base["name_or_path"]) / "model.safetensors"
-    shared = leakage.get("shared_entities", leakage["shared_anchors"])
-    leaked = leakage.get("held_out_identifiers_in_training", 0)
+    if base.source == TINY:
+        artifacts["base_weights"] = Path(base.name_or_path) / "model.safetensors"
+    shared, leaked = leakage.shared_entities, leakage.held_out_identifiers_in_training
     checks = {"kit_leakage_free": (shared == 0 and leaked == 0,
                                    f"{shared} entities shared between train and held-out, {leaked} held-out "
                                    "identifiers in training rows"),
               "kit_verified": _verified(verification, archive_ok)}
-    record = {"verification": {k: verification[k] for k in ("verified", "tasks_checked", "train_cases_replayed",
-                                                            "eval_cases_checked")}, "frozen": frozen, "base": base}
+    checked = KitVerification.model_validate({k: verification[k] for k in KitVerification.model_fields})
+    record = KitStage(verification=checked, frozen=frozen, base=base)
     return StageOutcome(record, artifacts, checks=checks)
 
 
@@ -225,10 +253,10 @@ def stage_kit(ctx: StageContext) -> StageOutcome:
 
 def _train_config(ctx: StageContext, stage: str, **budget: Any) -> TrainConfig:
     """The stage's TrainConfig: ``config.sft`` or ``config.rl`` with the run's location (and ``budget``) filled in."""
-    base = ctx.records["kit"]["base"]
+    base = ctx.record("kit", KitStage).base
     composed, method = (ctx.config.sft, "sft") if stage == "sft" else (ctx.config.rl, "grpo")
-    return run_config(composed, kit=ctx.kit_dir, base=base["name_or_path"], method=method, target=TARGET,
-                      revision=base["revision"] if base["source"] == "hub" else None, out=ctx.dir / stage, **budget)
+    return run_config(composed, kit=ctx.kit_dir, base=base.name_or_path, method=method, target=TARGET,
+                      revision=base.revision if base.source == "hub" else None, out=ctx.dir / stage, **budget)
 
 
 def _train(ctx: StageContext, stage: str, config: TrainConfig) -> tuple[PlannedRun, TrainingReport]:
@@ -265,7 +293,7 @@ def stage_sft(ctx: StageContext) -> StageOutcome:
               "sft_beats_base": (gain > 0, f"SFT {report.sft.pass_rate} vs base {report.base.pass_rate} "
                                            f"on {report.sft.cases} held-out cases")}
     record = TrainingStage(plan=planned, report=report, model_calls=calls, model_calls_exact=exact)
-    return StageOutcome(record.to_json(), _training_artifacts(config), usage, exact, checks, report.stopped_by)
+    return StageOutcome(record, _training_artifacts(config), usage, exact, checks, report.stopped_by)
 
 
 def stage_rl(ctx: StageContext) -> StageOutcome:
@@ -284,7 +312,7 @@ def stage_rl(ctx: StageContext) -> StageOutcome:
                                                     "held-out cases")}
     record = TrainingStage(plan=planned, report=report, model_calls=calls, model_calls_exact=exact,
                            rollout_model_calls_allowed=rollout_calls)
-    return StageOutcome(record.to_json(), _training_artifacts(config), usage, exact, checks, report.stopped_by)
+    return StageOutcome(record, _training_artifacts(config), usage, exact, checks, report.stopped_by)
 
 
 # --------------------------------------------------------------------------- evaluate, export, replay
@@ -292,16 +320,18 @@ def stage_rl(ctx: StageContext) -> StageOutcome:
 
 def stage_evaluate(ctx: StageContext) -> StageOutcome:
     results = assemble_results(ctx.records, complete=True)
-    path = ctx.store.write_json_artifact(ctx.job_id, "results.json", results)
+    path = ctx.store.write_json_artifact(ctx.job_id, "results.json", results.to_json())
     ctx.store.set_results(ctx.job_id, results)
-    held_out = results["held_out"]
-    ok = held_out["case_counts_match"] and held_out["cases_evaluated"] > 0 and "partial_unexplained" not in held_out
-    detail = (f"base, SFT and RL each ran {held_out['cases_evaluated']} of {held_out['cases_in_kit']} "
-              "held-out cases" if ok else held_out.get("partial_unexplained")
+    held_out = results.held_out
+    if held_out is None:
+        raise TrainerError("the job's models were not evaluated on held-out cases (no base, SFT or RL rate)")
+    ok = held_out.case_counts_match and held_out.cases_evaluated > 0 and held_out.partial_unexplained is None
+    detail = (f"base, SFT and RL each ran {held_out.cases_evaluated} of {held_out.cases_in_kit} "
+              "held-out cases" if ok else held_out.partial_unexplained
               or "the models were not evaluated on the same held-out cases")
-    if held_out.get("partial"):
-        detail += (f" (partial: {held_out['left_out_untokenizable']} left out as untokenizable"
-                   f"{', the rest by eval_limit' if 'partial_unexplained' not in held_out else ''})")
+    if held_out.partial:
+        detail += (f" (partial: {held_out.left_out_untokenizable} left out as untokenizable"
+                   f"{', the rest by eval_limit' if held_out.partial_unexplained is None else ''})")
     return StageOutcome(results, {"results": path}, checks={"heldout_evaluated": (ok, detail)})
 
 
@@ -327,8 +357,8 @@ def stage_export(ctx: StageContext) -> StageOutcome:
         if staging.exists():
             shutil.rmtree(staging)
     manifest = verify_export(target)
-    record = {"path": str(target), "kind": manifest["kind"], "base": manifest["base"],
-              "kit_sha256": manifest["kit_sha256"], "files": len(manifest["files"])}
+    record = ExportStage(path=str(target), kind=manifest["kind"], base=BaseRecord.model_validate(manifest["base"]),
+                         kit_sha256=manifest["kit_sha256"], files=len(manifest["files"]))
     checks = {"export_verified": (True, f"{len(manifest['files'])} files match manifest.json")}
     return StageOutcome(record, {"export": target / "manifest.json"}, checks=checks)
 
@@ -337,17 +367,16 @@ def stage_replay(ctx: StageContext) -> StageOutcome:
     export, turns = ctx.dir / "export", replay_worst_case(ctx.config)
     run = run_spawned(replay_export, (export, ctx.kit_dir, turns), ctx.stop)
     if run.stopped_by:
-        return StageOutcome({"replay": "killed", "pid": run.pid}, stopped_by=run.stopped_by)
+        return StageOutcome(ReplayStopped(replay="killed", pid=run.pid), stopped_by=run.stopped_by)
     reason = ctx.stop(force=True) if run.error else None
     if reason:  # the child died of the Ctrl-C that cancels the job
-        return StageOutcome({"replay": "interrupted", "pid": run.pid}, stopped_by=reason)
+        return StageOutcome(ReplayStopped(replay="interrupted", pid=run.pid), stopped_by=reason)
     replay = replay_summary(run, f"trainers.replay.replay_case({export}, {ctx.kit_dir}, max_turns={turns})")
-    path = ctx.store.write_json_artifact(ctx.job_id, "replay.json", {**replay, "episode": run.value})
+    path = ctx.store.write_json_artifact(ctx.job_id, "replay.json", {**replay.to_json(), "episode": run.value})
     ctx.store.set_replay(ctx.job_id, replay)
-    detail = f"case {replay.get('case_id')}: {replay['outcome']}" + (f" ({replay['error']})" if replay.get("error")
-                                                                    else "")
-    return StageOutcome(replay, {"replay": path}, {"model_calls": replay.get("turns", turns)}, "turns" in replay,
-                        {"replay_passed": (replay["outcome"] == "passed", detail)})
+    detail = f"case {replay.case_id}: {replay.outcome}" + (f" ({replay.error})" if replay.error else "")
+    return StageOutcome(replay, {"replay": path}, {"model_calls": turns if replay.turns is None else replay.turns},
+                        replay.turns is not None, {"replay_passed": (replay.outcome == "passed", detail)})
 
 
 STAGE_FUNCTIONS: dict[str, Callable[[StageContext], StageOutcome]] = {

@@ -34,7 +34,9 @@ from blobkit.cells import json_cell
 from blobkit.errors import JobError, JobNotFoundError, StoreCorruptError
 from world_format.canonical import atomic_write_json, canonical_json, file_sha256
 
+from .records import JobResults
 from .schema import CHECK_STATES, DB_FILE, FINAL_STATUSES, JOBS_DIR, LEVELS, USAGE_FIELDS, migrate
+from .stage_records import ReplayStage, StageRecord
 from .workers import HEARTBEAT_STALE_S, worker_alive
 
 _JOB_ID = re.compile(r"^job-[0-9a-f]{12}$")
@@ -296,7 +298,7 @@ class JobStore:
             if not exact:
                 conn.execute("UPDATE jobs SET model_calls_exact = 0 WHERE id = ?", (job_id,))
 
-    def checkpoint(self, job_id: str, stage: str, position: int, started_at: float, record: dict[str, Any],
+    def checkpoint(self, job_id: str, stage: str, position: int, started_at: float, record: StageRecord,
                    artifacts: dict[str, Path]) -> None:
         """Mark a stage complete with its record and artifacts (pinned by sha256).
 
@@ -307,7 +309,7 @@ class JobStore:
         with self._write() as conn:
             conn.execute("INSERT OR REPLACE INTO checkpoints (job_id, stage, position, started_at, completed_at, "
                          "record, artifacts) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                         (job_id, stage, position, started_at, time.time(), canonical_json(record),
+                         (job_id, stage, position, started_at, time.time(), canonical_json(record.to_json()),
                           canonical_json(entries)))
             self._event(conn, job_id, stage, "info", f"stage {stage} completed", {"artifacts": entries})
 
@@ -329,15 +331,15 @@ class JobStore:
                 problems.append(f"{name} ({entry['path']})")
         return problems
 
-    def set_results(self, job_id: str, results: dict[str, Any]) -> None:
+    def set_results(self, job_id: str, results: JobResults) -> None:
         """Replace the measured results."""
         with self._write() as conn:
-            conn.execute("UPDATE jobs SET results = ? WHERE id = ?", (canonical_json(results), job_id))
+            conn.execute("UPDATE jobs SET results = ? WHERE id = ?", (canonical_json(results.to_json()), job_id))
 
-    def set_replay(self, job_id: str, replay: dict[str, Any]) -> None:
+    def set_replay(self, job_id: str, replay: ReplayStage) -> None:
         """Record the replay outcome."""
         with self._write() as conn:
-            conn.execute("UPDATE jobs SET replay = ? WHERE id = ?", (canonical_json(replay), job_id))
+            conn.execute("UPDATE jobs SET replay = ? WHERE id = ?", (canonical_json(replay.to_json()), job_id))
 
     def set_check(self, job_id: str, name: str, status: str, detail: str | None = None) -> None:
         """Set one check to passed, failed or not_run, with a one-line detail."""

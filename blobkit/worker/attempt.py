@@ -19,6 +19,7 @@ from typing import Any
 from blobkit.company import CHECKS, JobStore, run_job
 from blobkit.company.identity import job_identity
 from blobkit.company.records import typed_replay, typed_results
+from blobkit.company.stage_records import QualifyStage, stage_record
 from blobkit.errors import BlobkitError, ConflictError
 from blobkit.service.records import (
     AttemptFinish,
@@ -169,7 +170,9 @@ class Reporter(threading.Thread):
         qualify = next((c for c in job["checkpoints"] if c["stage"] == "qualify"), None)
         if qualify is None or self.kit_mismatch is not None:
             return
-        built = qualify["record"]["build"]["kit"]["sha256"]
+        record = stage_record("qualify", qualify["record"], self.job_id)
+        assert isinstance(record, QualifyStage)
+        built = record.build.kit.sha256
         if built != self.claim.recipe.kit.sha256:
             self.kit_mismatch = (f"the kit this worker built has sha256 {built}, the recipe pins "
                                  f"{self.claim.recipe.kit.sha256}: the build differs (another blobkit version?)")
