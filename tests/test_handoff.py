@@ -125,3 +125,11 @@ def test_a_request_listed_twice_is_refused(tmp_path: Path) -> None:
     world = handoff_world(when=["I want compensation for {row}.", "I want compensation for {row}."])
     with pytest.raises(WorldFormatError, match="listed twice"):
         load_world(write_world(tmp_path / "w", world))
+
+
+def test_the_rule_adds_its_policy_line_to_the_system_prompt(tmp_path: Path) -> None:
+    prompt = load_world(write_world(tmp_path / "w", handoff_world())).world.system_prompt()
+    assert prompt.splitlines()[-1] == (
+        '- Requests like these go to a human agent: "I want compensation for the late delivery of <row>."; '
+        '"I\'d like a goodwill credit for <row>.". For them call transfer_to_human_agents with reason="compensation", '
+        f"change nothing, and then tell the customer: {MESSAGE}")

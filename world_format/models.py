@@ -10,6 +10,7 @@ it would scatter one schema over modules that import each other.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -639,6 +640,15 @@ class Handoff(StrictModel):
         return self
 
 
+def handoff_policy(rule: Handoff) -> str:
+    """The policy line a hand-off rule adds to the system prompt: which requests go to a human, the call to make
+    and the message to give (what hand-off cases' verifiers hold the agent to)."""
+    given = ", ".join(f"{name}={json.dumps(value)}" for name, value in rule.arguments.items())
+    asks = "; ".join(f'"{text.replace("{row}", "<row>")}"' for text in rule.when)
+    return (f"Requests like these go to a human agent: {asks}. For them call {rule.tool}"
+            + (f" with {given}" if given else "") + f", change nothing, and then tell the customer: {rule.message}")
+
+
 class Procedures(StrictModel):
     """The procedures the policies state, in data the builder follows and checks: minted chains take these steps,
     verifiers require them, and the gate's policy-skip probes (a chain without the step) must fail. A write the
@@ -697,6 +707,8 @@ class World(StrictModel):
                  self.identity.description, "Policies:"]
         lines += [f"- {policy}" for policy in self.policies]
         lines += [f"- {confirmation_policy(tool)}" for tool in self.tools if tool.confirm]
+        if self.procedures.handoff is not None:
+            lines.append(f"- {handoff_policy(self.procedures.handoff)}")
         return "\n".join(lines)
 
     def function_specs(self) -> list[dict[str, Any]]:
