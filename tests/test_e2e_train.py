@@ -26,7 +26,7 @@ def blobkit(*args: str, judged: bool = False) -> dict[str, Any]:
     verdict, as ``blobkit replay`` gives for a case its verifier fails)."""
     done = subprocess.run([sys.executable, "-m", "blobkit.cli", *args, "--json"], text=True, capture_output=True,
                           env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}, cwd=ROOT,
-                          timeout=1200)
+                          timeout=2400)  # a hang guard: the SFT alone is ~13 min on 2 idle cores
     assert done.returncode in ((0, 1) if judged else (0,)), done.stderr[-3000:]
     return dict(json.loads(done.stdout))
 
