@@ -50,7 +50,8 @@ def _train(kit: Path, tiny: Path, rows: Path, out: Path, processes: int, threads
     started = time.perf_counter()
     _cli("train", "--world", str(kit), "--data", str(rows), "--base", str(tiny), "--method", "sft", "--target",
          "local-torch", "--processes", str(processes), "--batch-size", str(batch), "--epochs", "1", "--lora-rank",
-         "8", "--max-length", "2048", "--eval-limit", "1", "--max-turns", "1", "--max-new-tokens", "8", "--out",
+         "8", "--max-length", "2048", "--eval-limit", "1", "--max-turns", "1", "--short-episodes", "--max-new-tokens",
+         "8", "--out",
          str(out), "--json", threads=threads)
     wall = time.perf_counter() - started
     report = json.loads((out / "eval.json").read_text())
