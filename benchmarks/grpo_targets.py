@@ -112,6 +112,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from trainers.config import TrainConfig
     from trainers.grpo import GRPOTrainer
+    from trainers.plan import plan
     from world_format.kit import open_kit
 
     with tempfile.TemporaryDirectory(prefix="blobkit-bench-") as tmp:
@@ -124,14 +125,13 @@ def main(argv: list[str] | None = None) -> None:
              "--max-turns", "5", "--max-new-tokens", "64", "--eval-limit", "2", "--out", f"{tmp}/sft", "--json")
         with open_kit(Path(kit_path)) as kit:
             rows = kit.rows()
-            plan_record = {"base": {"source": "local", "name_or_path": f"{tmp}/tiny", "revision": None}}
             runs: dict[str, dict[str, Any]] = {}
             for target in TARGETS:
                 config = TrainConfig(kit=Path(kit_path), base=f"{tmp}/tiny", method="grpo", target=target,
                                      out=Path(tmp, target), init_adapter=Path(tmp, "sft", "export"),
                                      batch_size=args.batch_size, group_size=args.group_size, max_turns=5,
                                      max_new_tokens=args.max_new_tokens, learning_rate=5e-4)
-                trainer = GRPOTrainer(config, kit, rows, plan_record)
+                trainer = GRPOTrainer(config, kit, rows, plan(config, kit, rows, kit.path("sft.jsonl")))
                 runs[target] = {"trainer": trainer, "sampler": Counting(trainer.backend.sampler()),
                                 "order": random.Random(config.seed), "runtime": kit.world().runtime(),
                                 "seconds": 0.0, "steps": []}
