@@ -35,8 +35,11 @@ lint: venv
 test: lint
 	$(BIN)/pytest -m "not slow" -n auto
 
-test-slow: lint
-	$(BIN)/pytest -m slow
+# the slow tests (real training, browsers, servers, subprocesses) two at a time: most of each test's wall time
+# is process start-up, tokenising and waiting on a server or a browser, which a second test overlaps; the
+# slowest tests are listed at the end
+test-slow: venv
+	$(BIN)/pytest -m slow -n 2 --durations=25
 
 demo: venv
 	$(PY) -m blobkit.demo --out $(OUT)

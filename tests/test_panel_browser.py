@@ -247,7 +247,8 @@ def test_in_the_browser_forms_need_their_token_other_workspaces_see_not_found_an
         assert _no_horizontal_scroll(page)
         assert page.evaluate(UNLABELLED) == []
         shots.take(page, "environment-390px")
-        page.click("text=Create worker connection")
+        with page.expect_navigation(wait_until="load"):  # the copy handler is attached once the page has loaded
+            page.click("text=Create worker connection")
         page.focus("button[data-copy=worker-command]")
         page.keyboard.press("Enter")
         page.wait_for_selector("button[data-copy=worker-command]:has-text('Copied')")
