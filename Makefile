@@ -35,11 +35,10 @@ lint: venv
 test: lint
 	$(BIN)/pytest -m "not slow" -n auto
 
-# the slow tests (real training, browsers, servers, subprocesses) two at a time: most of each test's wall time
-# is process start-up, tokenising and waiting on a server or a browser, which a second test overlaps; the
-# slowest tests are listed at the end
+# the slow tests one at a time (two at once oversubscribe torch's threads on 2 cores: with -n 2, on a machine
+# other work shared, they took 72 min, where one at a time took 49 in the last CI); the slowest are listed last
 test-slow: venv
-	$(BIN)/pytest -m slow -n 2 --durations=25
+	$(BIN)/pytest -m slow --durations=25
 
 demo: venv
 	$(PY) -m blobkit.demo --out $(OUT)

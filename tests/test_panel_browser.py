@@ -26,6 +26,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RETAIL = ROOT / "examples" / "retail_desk" / "world.json"
 TRAIN_S = 1500
 SMALL = {"epochs": "1", "steps": "1", "train_cases_per_task": "2", "eval_cases_per_task": "2"}
+BROWSER_WAIT_MS = 120_000
+"""How long a page action waits (an upload inspects the world on the server; on a loaded 2-core machine that
+took over Playwright's default 30 s)."""
 
 pytestmark = pytest.mark.slow
 UNLABELLED = """Array.from(document.querySelectorAll('input:not([type=hidden]), select, textarea, button'))
@@ -81,6 +84,7 @@ def test_the_whole_flow_sign_in_upload_connect_a_worker_train_verify_read_result
     try:
         key = create_key(server.store, "acme")
         context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+        context.set_default_timeout(BROWSER_WAIT_MS)
         page = context.new_page()
         page.goto(server.url + "/")
         shots.take(page, "sign-in")
@@ -232,6 +236,7 @@ def test_in_the_browser_forms_need_their_token_other_workspaces_see_not_found_an
 
         context = browser.new_context(viewport={"width": 390, "height": 844}, locale="en-US",
                                       timezone_id="Asia/Tokyo", permissions=["clipboard-read", "clipboard-write"])
+        context.set_default_timeout(BROWSER_WAIT_MS)
         page = context.new_page()
         page.goto(job_url)  # signed out: the sign-in page, which returns to the job afterwards
         assert page.locator("h1").inner_text() == "Sign in"
@@ -271,6 +276,7 @@ def test_in_the_browser_forms_need_their_token_other_workspaces_see_not_found_an
         shots.take(page, "upload-too-large")
 
         stranger = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+        stranger.set_default_timeout(BROWSER_WAIT_MS)
         stranger.goto(server.url + "/")
         _sign_in_to(stranger, other)
         stranger.goto(job_url)
