@@ -113,5 +113,5 @@ def register(app: typer.Typer) -> None:
     app.command()(info)
     app.command()(pack)
     app.command()(with_parameters(build, model_options(BuildConfig, only=("seed", "max_tasks", "train_cases_per_task",
-                                                                         "eval_cases_per_task"))))
+                                                                         "eval_cases_per_task", "renamed_replays"))))
     app.command()(verify)
