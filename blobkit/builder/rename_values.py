@@ -10,8 +10,8 @@ integer of 3+ digits) and it is not a date or a time of day.
 and case, each digit a digit (a leading one not 0), everything else stays; so do an email's domain and the
 positions every value of the column of that length shares (a SKU's ``TO-``). An email's local part keeps the
 renamed names it contains (``jasmineu`` of Jasmine Underwood becomes ``doreklim`` of Dorekli Umbaresk). An integer
-keeps its number of digits. A fresh value is none that the seed holds in any cell (case aside) and none the
-build has used before.
+keeps its number of digits. A fresh value is none that the seed holds in any cell (case aside), none the same
+replay drew for another value and, for a text, where the shape allows, none the build has drawn before.
 """
 
 from __future__ import annotations
@@ -168,25 +168,32 @@ def _words(original: str, renamed: str) -> dict[str, str]:
 
 
 class FreshValues:
-    """Draws fresh values for one renamed replay (its own seeded RNG), avoiding the seed and the build's values."""
+    """Draws fresh values for one renamed replay (its own seeded RNG), avoiding the seed's values and this replay's,
+    and where it can the texts the build drew before (integers may repeat across replays: a 3-digit key has few
+    fresh values)."""
 
     def __init__(self, identifiers: SeedIdentifiers, rng: random.Random, used: set[str]) -> None:
         self.identifiers = identifiers
         self.rng = rng
         self.used = used
-        """Lowercased text of every value the build has renamed to so far (this replay's added as drawn)."""
+        """Lowercased text of every text value the build has renamed to so far (this replay's added as drawn)."""
+        self.drawn: set[str] = set()
         self.words: dict[str, str] = {}
 
-    def _free(self, value: str | int) -> bool:
+    def _free(self, value: str | int, reuse: bool) -> bool:
         text = str(value).lower()
-        return text not in self.identifiers.taken and text not in self.used
+        return text not in self.identifiers.taken and text not in self.drawn and (reuse or text not in self.used)
 
     def draw(self, original: str | int, column: str) -> str | int | None:
-        """A fresh value like ``original`` (of ``column``), or None when :data:`ATTEMPTS` draws were all taken."""
-        for _ in range(ATTEMPTS):
+        """A fresh value like ``original`` (of ``column``): one the build has not drawn if :data:`ATTEMPTS` draws find
+        one, else one of its earlier texts if as many more do (a shape with few values: a 3-digit flight number);
+        None when all of them are taken."""
+        for attempt in range(2 * ATTEMPTS):
             candidate = self._candidate(original, column)
-            if self._free(candidate):
-                self.used.add(str(candidate).lower())
+            if self._free(candidate, reuse=attempt >= ATTEMPTS):
+                self.drawn.add(str(candidate).lower())
+                if isinstance(candidate, str):
+                    self.used.add(candidate.lower())
                 if isinstance(original, str) and isinstance(candidate, str) and _NAME.fullmatch(original):
                     self.words.update(_words(original, candidate))
                 return candidate
