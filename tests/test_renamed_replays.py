@@ -223,3 +223,33 @@ def test_a_renamed_replay_count_out_of_range_is_refused_in_one_line_writing_noth
                            str(tmp_path / "out"), "--renamed-replays", "17"], capture_output=True, text=True)
     assert done.returncode == 2 and "renamed_replays" in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_a_renamed_replay_whose_seed_breaks_a_declared_check_is_dropped_and_counted(tmp_path: Path) -> None:
+    from conftest import write_world
+    from worlds import small_world
+
+    document = small_world()
+    orders = next(t for t in document["state"]["tables"] if t["name"] == "orders")
+    orders["checks"] = ["id < 160"]  # the seed's order ids are 100-159: a renamed one (3 digits, fresh) breaks it
+    built = execute_build(write_world(tmp_path / "w", document),
+                          BuildConfig(renamed_replays=1, train_cases_per_task=4, eval_cases_per_task=2))
+    counts, rows = built.record["renamed_replays"], _rows(built.files)
+    base = [row for row in rows if "renaming" not in row["metadata"]]
+    assert counts["dropped_because"].get("seed constraint", 0) > 0
+    assert counts["rows_added"] + counts["rows_dropped"] == len(base) - counts["cases_without_identifiers"]
+    for row in [r for r in rows if "renaming" in r["metadata"]]:
+        assert not [v for v in row["metadata"]["renaming"]["values"] if "orders.id" in v["columns"]]
+
+
+def test_rl_prompts_leave_renamed_rows_out(renamed: BuiltKit, tmp_path: Path) -> None:
+    from trainers.grpo import rl_cases
+
+    record = write_kit(renamed, tmp_path)
+    with open_kit(Path(record["kit"]["path"])) as kit:
+        rows = kit.rows()
+        cases = rl_cases(kit, rows)
+    base = [row for row in rows if "renaming" not in row["metadata"]]
+    assert [case.case_id for case in cases] == [row["metadata"]["case_id"] for row in base]
+    assert all(case.prompt is not None and case.prompt.messages[1]["content"] == case.task.instruction
+               for case in cases)
