@@ -116,6 +116,15 @@ def _leakage_text(leakage: dict[str, Any]) -> str:
             f"max instruction similarity {leakage['max_instruction_similarity']}")
 
 
+def _renamed_text(renamed: dict[str, Any] | None) -> str:
+    """What renamed replays added to the SFT rows (empty for a kit built without them)."""
+    if not renamed:
+        return ""
+    dropped = ", ".join(f"{k} {v}" for k, v in renamed["dropped_because"].items())
+    return (f" ({renamed['rows_added']} of them renamed replays, {renamed['per_case']} per case; "
+            f"{renamed['rows_dropped']} dropped{': ' + dropped if dropped else ''})")
+
+
 def procedure_report(kit: Kit) -> dict[str, Any]:
     """Every training row of the kit held to its world's declared procedures (re-checked here, from the rows)."""
     runtime = kit.world().runtime()
@@ -163,7 +172,7 @@ def _describe_kit(kit: Kit) -> tuple[dict[str, Any], str]:
              f"  {len(tasks)} tasks admitted, {len(rejected)} rejected; templates: {', '.join(meta['templates'])}",
              f"  split: {meta['split']['train_cases']} train / {meta['split']['eval_cases']} held-out cases; "
              + _leakage_text(meta["leakage"]),
-             f"  SFT rows: {meta['record']['sft_rows']}",
+             f"  SFT rows: {meta['record']['sft_rows']}" + _renamed_text(meta["record"].get("renamed_replays")),
              "  cases the gate left out: " + (", ".join(f"{k} {v}" for k, v in sorted(left_out.items())) or "none"),
              "  adversarial agents (cases passed / cases where the agent applies; every one must be 0):"]
     lines += [f"    {agent}: {rate['passed']}/{rate['cases']}" for agent, rate in adversaries.items()]

@@ -163,13 +163,15 @@ def rl_cases(kit: Kit, rows: list[dict[str, Any]]) -> list[KitCase]:
     """Training prompts for RL: each SFT row's system + user messages and tools, with its case's task.
 
     Built from the SFT rows themselves, so the tool schemas the model sees in RL are the very
-    objects it saw in SFT.
+    objects it saw in SFT. Renamed replays (rows with ``metadata.renaming``) are left out: their prompt names
+    renamed values that only their renamed copy of the seed holds, and RL episodes run on the kit's seed.
     """
     tasks = {case.case_id: case for case in kit.cases("train")}
     cases = []
     for row in rows:
-        case_id = (row.get("metadata") or {}).get("case_id")
-        if case_id not in tasks:
+        metadata = row.get("metadata") or {}
+        case_id = metadata.get("case_id")
+        if case_id not in tasks or "renaming" in metadata:
             continue
         prompt = Prompt(messages=row["messages"][:2], tools=row["tools"])
         cases.append(tasks[case_id].model_copy(update={"prompt": prompt}))

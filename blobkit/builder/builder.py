@@ -32,6 +32,7 @@ from .coverage import tool_coverage
 from .kit_files import Executed, build_record, kit_files, kit_meta
 from .leakage import leakage_report, withhold_training
 from .mint import Minter
+from .rename import renamed_replays
 from .rows import replay_rows
 from .split import Case, split_cases
 
@@ -72,8 +73,12 @@ def _execute(loaded: LoadedWorld, runtime: WorldRuntime, config: BuildConfig, pr
     if not kept:
         raise KitError(f"{loaded.path}: every training row states an identifier of a held-out case; "
                        "add anchor rows so that entities do not all share the same reference rows")
+    renamed = None
+    if config.renamed_replays:
+        rows, renamed = renamed_replays(runtime, minter.sides, kept, held_out, rows, config.seed,
+                                        config.renamed_replays, progress)
     return Executed(entries, kept, held_out, rows, leakage_report(runtime, minter.sides, kept, held_out, rows),
-                    withheld)
+                    withheld, renamed)
 
 
 def _check_wording(loaded: LoadedWorld, cases: list[Case]) -> None:
@@ -111,8 +116,8 @@ def execute_build(world_path: Path, config: BuildConfig = BuildConfig(), progres
     """Load, mint, gate, split and replay; return the kit's content without writing anything.
 
     ``progress(stage, done, total)`` is called as the build goes through its stages:
-    ``load``, ``mint`` (per task family), ``gate`` (per task), ``split`` (per case) and
-    ``replay`` (per training case).
+    ``load``, ``mint`` (per task family), ``gate`` (per task), ``split`` (per case),
+    ``replay`` (per training case) and, with ``renamed_replays``, ``rename`` (per training case with a row).
     """
     loaded, runtime = _load(Path(world_path), progress)
     try:

@@ -12,7 +12,8 @@ from world_format.loaded import LoadedWorld
 from world_format.pack import package_files
 
 from .candidates import TaskEntry
-from .config import BuildConfig
+from .config import BuildConfig, config_record
+from .rename import RenamedReplays
 from .rows import case_record
 from .split import Case
 
@@ -30,6 +31,13 @@ class Executed:
     train_withheld: int = 0
     """Training cases withheld because their executed row states a held-out identifier
     (:func:`blobkit.builder.leakage.withhold_training`)."""
+    renamed: RenamedReplays | None = None
+    """What renamed replays added (None: the build made none)."""
+
+    @property
+    def replayed(self) -> int:
+        """Rows replayed on the seed itself (every row less the renamed ones)."""
+        return len(self.rows) - (self.renamed.rows_added if self.renamed else 0)
 
     @property
     def admitted(self) -> list[TaskEntry]:
@@ -58,7 +66,7 @@ def _task_record(entry: TaskEntry, counts: dict[str, dict[str, int]]) -> dict[st
 
 def build_record(done: Executed) -> dict[str, Any]:
     """The build record (what ``--json`` prints, less the kit location)."""
-    return {
+    record: dict[str, Any] = {
         "status": "kit_ready",
         "tasks_count": len(done.admitted),
         "tasks_minted": sum(1 for e in done.entries if e.source == "minted"),
@@ -66,12 +74,15 @@ def build_record(done: Executed) -> dict[str, Any]:
         "tasks_rejected": len(done.rejected),
         "tasks_persisted": False,
         "sft_rows": len(done.rows),
-        "sft_rows_dropped": len(done.train) - len(done.rows),
+        "sft_rows_dropped": len(done.train) - done.replayed,
         "sft_source": "reference_chain_replay",
         "train_cases": len(done.train),
         "train_cases_withheld": done.train_withheld,
         "eval_cases": len(done.held_out),
     }
+    if done.renamed is not None:
+        record["renamed_replays"] = done.renamed.model_dump(mode="json")
+    return record
 
 
 
@@ -104,7 +115,7 @@ def kit_meta(loaded: LoadedWorld, config: BuildConfig, done: Executed, record: d
         "format": KIT_FORMAT, "format_version": 1, "builder_version": __version__,
         "world": {"id": world.identity.id, "name": world.identity.name, "sha256": loaded.sha256,
                   "seed_state_hash": loaded.seed_state_hash},
-        "build_config": config.model_dump(mode="json"), "record": record,
+        "build_config": config_record(config), "record": record,
         "templates": sorted({e.template for e in done.admitted}),
         "split": {"method": "seeded hash of the anchor row's connected entity (its root row, following owning "
                             "foreign keys), decided before cases are expanded",

@@ -140,6 +140,21 @@ def identifier_leaks(runtime: WorldRuntime, sides: Sides, held_out: list[Case],
     return stated, leaks
 
 
+def held_out_stated(runtime: WorldRuntime, sides: Sides, held_out: list[Case]) -> list[str]:
+    """The identifiers held-out cases state (their instruction, customer turns or answer key), sorted."""
+    stated: set[str] = set()
+    for case in held_out:
+        text = _Text(_case_text(case))
+        stated |= {i.text for i in case_identifiers(runtime, sides, case) if text.states(i.text)}
+    return sorted(stated)
+
+
+def states_any(row: dict[str, Any], values: Iterable[str]) -> bool:
+    """Whether the training text of ``row`` (:func:`training_text`) states any of ``values`` as a whole token."""
+    text = _Text(training_text([row]))
+    return any(text.states(value) for value in values)
+
+
 def withhold_training(runtime: WorldRuntime, sides: Sides, train: list[Case], held_out: list[Case],
                       rows: list[dict[str, Any]]) -> tuple[list[Case], list[dict[str, Any]]]:
     """Training cases and rows less those whose executed row states an identifier a held-out case states.
@@ -148,15 +163,8 @@ def withhold_training(runtime: WorldRuntime, sides: Sides, train: list[Case], he
     on it names, a product in many orders) are their own entities and still appear in other entities'
     observations; a training row that states such a held-out identifier is withheld with its case.
     """
-    stated: set[str] = set()
-    for case in held_out:
-        text = _Text(_case_text(case))
-        stated |= {i.text for i in case_identifiers(runtime, sides, case) if text.states(i.text)}
-    withheld = set()
-    for row in rows:
-        text = _Text(training_text([row]))
-        if any(text.states(value) for value in sorted(stated)):
-            withheld.add(row["metadata"]["case_id"])
+    stated = held_out_stated(runtime, sides, held_out)
+    withheld = {row["metadata"]["case_id"] for row in rows if states_any(row, stated)}
     return ([case for case in train if case.case_id not in withheld],
             [row for row in rows if row["metadata"]["case_id"] not in withheld])
 

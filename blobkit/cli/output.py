@@ -14,8 +14,8 @@ import typer
 
 ProgressFn = Callable[[str, int, int], None]
 STAGE_LABELS = {"load": "load world", "mint": "mint tasks", "gate": "gate tasks", "split": "split cases",
-                "replay": "replay cases", "write": "write kit", "probes": "re-run probes",
-                "case probes": "probe cases"}
+                "replay": "replay cases", "rename": "renamed replays", "renamed rows": "replay renamed rows",
+                "write": "write kit", "probes": "re-run probes", "case probes": "probe cases"}
 
 
 def echo_json(value: Any) -> None:

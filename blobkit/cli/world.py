@@ -6,8 +6,10 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from pydantic import ValidationError
 
 from blobkit.builder import BuildConfig
+from blobkit.errors import ConfigError
 
 from .options import given, model_options, with_parameters
 from .output import STAGE_LABELS, echo_json, progress, show_progress, to_stderr
@@ -53,7 +55,11 @@ def build(world: Path = typer.Option(..., "--world", help="World directory or wo
     from blobkit.builder import build_kit
     from world_format.interrupts import deferred_interrupts
 
-    config = BuildConfig(**given(options, BuildConfig))
+    try:
+        config = BuildConfig(**given(options, BuildConfig))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ConfigError(f"build config: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
     with deferred_interrupts() as interrupts, progress(show_progress(as_json)) as update:
 
         def safe_point(stage: str, done: int, total: int) -> None:
@@ -113,5 +119,5 @@ def register(app: typer.Typer) -> None:
     app.command()(info)
     app.command()(pack)
     app.command()(with_parameters(build, model_options(BuildConfig, only=("seed", "max_tasks", "train_cases_per_task",
-                                                                         "eval_cases_per_task"))))
+                                                                         "eval_cases_per_task", "renamed_replays"))))
     app.command()(verify)
