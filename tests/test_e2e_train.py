@@ -1,6 +1,7 @@
 """End to end on the CPU through the real CLI: kit → tiny model → SFT → GRPO → fresh-process replay.
 
-Marked slow (the first ~15 minutes on 2 cores, the rest a few); CI runs it (`make test-slow`).
+Mechanics at the smallest size (a few minutes each on 2 cores); CI runs them (`make test-slow`). Whether the
+demo's recipe beats the base is a quality figure, measured by ``benchmarks/tiny_recipe_gain.py``.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ from typing import Any
 import pytest
 from conftest import ROOT
 
-from blobkit.demo import TRAIN_CASES_PER_TASK
-
 pytest.importorskip("torch")
 pytest.importorskip("trl")
 
@@ -26,26 +25,27 @@ def blobkit(*args: str, judged: bool = False) -> dict[str, Any]:
     verdict, as ``blobkit replay`` gives for a case its verifier fails)."""
     done = subprocess.run([sys.executable, "-m", "blobkit.cli", *args, "--json"], text=True, capture_output=True,
                           env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}, cwd=ROOT,
-                          timeout=2400)  # a hang guard: the SFT alone is ~13 min on 2 idle cores
+                          timeout=1200)  # a hang guard
     assert done.returncode in ((0, 1) if judged else (0,)), done.stderr[-3000:]
     return dict(json.loads(done.stdout))
 
 
 @pytest.mark.slow
-def test_sft_beats_the_base_on_held_out_cases_then_grpo_updates_and_the_export_replays_fresh(tmp_path: Path) -> None:
-    # The demo's recipe (its kit size, the tiny preset): under the retail world's procedures every case starts by
-    # copying an unseen email into the identification call, which the tiny model from scratch learns only with
-    # this many distinct cases (40 per task and 672 updates, or 120 and 4,302, left it at 0 of 22; measured)
+def test_sft_trains_and_evaluates_every_held_out_case_then_grpo_updates_and_the_export_replays_fresh(
+        tmp_path: Path) -> None:
     record = blobkit("build", "--world", str(ROOT / "examples" / "retail_desk" / "world.json"), "--out",
-                     str(tmp_path / "kit"), "--train-cases", str(TRAIN_CASES_PER_TASK), "--eval-cases", "2")
+                     str(tmp_path / "kit"), "--train-cases", "40", "--eval-cases", "2")
     kit = record["kit"]["path"]
     subprocess.run([sys.executable, "-m", "blobkit.cli", "tiny-model", "--kit", kit, "--out", str(tmp_path / "tiny")],
                    check=True, cwd=ROOT, capture_output=True)
     common = ["--world", kit, "--base", str(tmp_path / "tiny"), "--target", "local-torch", "--max-turns", "5",
               "--max-new-tokens", "64", "--max-length", "2048"]
-    sft = blobkit("train", *common, "--method", "sft", "--preset", "tiny", "--out", str(tmp_path / "sft"))
+    sft = blobkit("train", *common, "--method", "sft", "--preset", "tiny", "--epochs", "0.1", "--out",
+                  str(tmp_path / "sft"))
     assert sft["optimizer_updates"] > 0 and sft["sft"]["cases"] == record["eval_cases"]
-    assert sft["sft"]["pass_rate"] > sft["base"]["pass_rate"], (sft["base"], sft["sft"])
+    assert sft["base"]["cases"] == record["eval_cases"]
+    evaluated = json.loads((tmp_path / "sft" / "eval_cases_sft.json").read_text(encoding="utf-8"))
+    assert sum(case["passed"] for case in evaluated) == round(sft["sft"]["pass_rate"] * len(evaluated))
 
     rl = blobkit("train", *common, "--method", "grpo", "--init-adapter", str(tmp_path / "sft" / "export"),
                  "--steps", "3", "--group-size", "4", "--batch-size", "8", "--lr", "5e-4", "--eval-limit", "6",
@@ -58,7 +58,6 @@ def test_sft_beats_the_base_on_held_out_cases_then_grpo_updates_and_the_export_r
 
     replay = blobkit("replay", "--model", str(tmp_path / "sft" / "export"), "--kit", kit, judged=True)
     assert replay["verdict"]["outcome"] in {"pass", "fail"} and replay["model_kind"] == "full"
-    evaluated = json.loads((tmp_path / "sft" / "eval_cases_sft.json").read_text(encoding="utf-8"))
     then = next(case["passed"] for case in evaluated if case["case_id"] == replay["case_id"])
     assert then == (replay["verdict"]["outcome"] == "pass")  # the reloaded export reproduces the evaluation
     held_out = Path(kit, "eval_cases.jsonl").read_text(encoding="utf-8").splitlines()
