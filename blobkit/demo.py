@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from trainers.failure_kinds import FailureKinds
+
 ROOT = Path(__file__).resolve().parent.parent
 TRAIN_CASES_PER_TASK = 400
 """Training cases per task of the demo's kit. The tiny model starts from random weights: learning to copy ids and
@@ -135,6 +137,9 @@ def print_summary(record: dict[str, Any]) -> None:
         low, high = summary["interval_95"]
         print(f"{name:<22}{summary['pass_rate']:>20.3f}{summary['cases']:>8}{summary['entities']:>10}"
               f"{f'{low:.2f}-{high:.2f}':>16}")
+    final = rows[-1][1].get("failures")
+    if final is not None:
+        print(f"{rows[-1][0]} " + FailureKinds.model_validate(final).text())
     print(f"\nkit {record['kit']['archive']} ({record['sft_rows']} SFT rows, {record['eval_cases']} held-out cases)")
     print(f"SFT optimizer updates {record['sft']['optimizer_updates']}"
           + (f"; GRPO optimizer updates {record['rl']['optimizer_updates']} in {record['rl']['steps_completed']} "

@@ -16,6 +16,7 @@ from pydantic import TypeAdapter
 
 from world_format.canonical import atomic_write_json
 
+from .failure_kinds import FailureKinds
 from .paired import PairedComparison
 from .pass_k import PassK
 from .record import Record
@@ -54,7 +55,7 @@ class Refusal(Record):
 class EvalRecord(RateRecord):
     """One model's greedy evaluation on held-out cases, as eval.json records it under ``base``, ``sft`` or ``rl``."""
 
-    _omitted = frozenset({"decoding", "pass_hat_k"})
+    _omitted = frozenset({"decoding", "pass_hat_k", "failures"})
     interval_method: str
     """How the interval was computed."""
     side: str
@@ -81,6 +82,8 @@ class EvalRecord(RateRecord):
     """How its tool calls were decoded: ``free`` or ``constrained`` (set by the run skeleton)."""
     pass_hat_k: PassK | None = None
     """k sampled attempts per case beside this greedy pass@1, when the run asked for them."""
+    failures: FailureKinds | None = None
+    """The failed cases by kind (:mod:`trainers.failure_kinds`); absent in reports written before it."""
 
 
 class Delta(Record):

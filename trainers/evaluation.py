@@ -35,6 +35,7 @@ from .chat_format import parse_assistant_output
 from .episode_decode import DEFAULT_SLOTS, ModelTurns
 from .errors import ToolFormatError
 from .eval_record import EvalRecord, RateRecord, Refusal
+from .failure_kinds import count_failures
 from .formats import FORMATS, ToolFormat, format_of
 from .generation import generate_turn
 from .intervals import rate_record
@@ -77,6 +78,8 @@ class EpisodeResult:
     """The whole conversation, in the kit's row format."""
     entity: str = ""
     """The connected entity the case concerns (:func:`case_entity`): cases of one entity are one independent unit."""
+    reference: tuple[str, ...] = ()
+    """The tool names of the case's reference chain, in order (what :mod:`trainers.failure_kinds` compares)."""
 
     @property
     def passed(self) -> bool:
@@ -100,6 +103,11 @@ class EpisodeResult:
 def case_entity(case: KitCase) -> str:
     """The case's entity as the kit records it; a kit built before entity splits names only its anchor row."""
     return case.entity or f"{case.anchor.get('table')}:{canonical_json(case.anchor.get('key'))}"
+
+
+def reference_tools(case: KitCase) -> tuple[str, ...]:
+    """The tool names of the case's reference chain, in order."""
+    return tuple(step.tool for step in case.task.reference)
 
 
 def policy_format(policy: Any) -> ToolFormat:
@@ -164,7 +172,7 @@ class _Run:
         case = self.case
         return EpisodeResult(case.case_id, case.template, case_kind(case.task, self.runtime.world), verdict,
                              self.answer, self.turns, self.parse_failures, trace, tuple(self.conversation.messages),
-                             case_entity(case))
+                             case_entity(case), reference_tools(case))
 
 
 def run_episodes(policy: TurnPolicy | Generate, runtime: WorldRuntime, cases: Sequence[KitCase], max_turns: int,
@@ -270,7 +278,7 @@ def replay_trajectory(runtime: WorldRuntime, case: KitCase, messages: Sequence[d
         verdict = judge(case.task, episode, answer)
         trace = tuple(episode.trace)
     return EpisodeResult(case.case_id, case.template, case_kind(case.task, runtime.world), verdict, answer, used,
-                         parse_failures, trace, tuple(conversation.messages), case_entity(case))
+                         parse_failures, trace, tuple(conversation.messages), case_entity(case), reference_tools(case))
 
 
 @dataclass(frozen=True)
@@ -386,7 +394,7 @@ class EvalSummary:
             tool_call_parse_failures=sum(r.parse_failures for r in self.results),
             refusal=Refusal(false_acceptance=failed.get("refusal", 0), false_rejection=declined),
             verifier_errors=sum(1 for r in results if r.verdict.outcome == "error"),
-            model_calls=self.model_calls)
+            model_calls=self.model_calls, failures=count_failures(results))
 
 
 def evaluate_cases(policy: TurnPolicy | Generate, runtime: WorldRuntime, cases: Sequence[KitCase], max_turns: int,

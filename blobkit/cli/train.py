@@ -99,6 +99,8 @@ def _summary_line(result: TrainingReport, out: Path) -> str:
     rates += "".join(f"; {record.text()}" for record in compared if record)
     rates += "".join(f"; {name} {record.pass_hat_k.text()}" for name, record in evaluations.items()
                      if name in ("sft", "rl") and record.pass_hat_k is not None)
+    rates += "".join(f"; {name} {record.failures.text()}" for name, record in evaluations.items()
+                     if name in ("sft", "rl") and record.failures is not None)
     return (f"held-out pass rates {rates}; {result.optimizer_updates} optimizer updates{stopped}; "
             f"export in {out / 'export'}")
 

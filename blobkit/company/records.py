@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from trainers.eval_record import Delta, RateRecord, Refusal
+from trainers.failure_kinds import FailureKinds
 from trainers.pass_k import PassK
 
 
@@ -49,6 +50,8 @@ class Rate(RateRecord):
     """How its tool calls were decoded: ``free`` or ``constrained`` (trainers.constrained)."""
     pass_hat_k: PassK | None = None
     """k sampled attempts per case (pass^k: all pass) beside this greedy pass@1, when the run asked for them."""
+    failures: FailureKinds | None = None
+    """The failed cases by kind (trainers.failure_kinds)."""
     measured_by: str
     """Which stage measured it, on which model."""
 

@@ -22,7 +22,7 @@ SMALL_HELD_OUT = "held-out too small to mean anything"
 
 SUMMARY_KEYS = ("pass_rate", "cases", "passed", "entities", "interval_95", "side", "cases_in_side", "coverage",
                 "partial", "duplicates", "per_template", "tool_call_parse_failures", "refusal", "pass_hat_k",
-                "decoding")
+                "decoding", "failures")
 
 
 def _summary(evaluation: EvalRecord, measured_by: str) -> Rate:
