@@ -99,3 +99,25 @@ def test_the_evaluation_record_counts_failures_that_sum_to_the_failed_cases(repl
     assert record.failures is not None
     assert sum(record.failures.model_dump().values()) == record.cases - record.passed
     assert record.to_json()["failures"] == record.failures.to_json()
+
+
+def test_the_benchmark_table_classifies_saved_case_records_as_the_evaluation_does(replayed: Any, tmp_path: Any) -> None:
+    import importlib.util
+    import sys
+
+    from conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("failure_table", ROOT / "benchmarks" / "failure_table.py")
+    assert spec is not None and spec.loader is not None
+    table = importlib.util.module_from_spec(spec)
+    sys.modules["failure_table"] = table  # its dataclasses look their module up
+    spec.loader.exec_module(table)
+    runtime, cases, lines = replayed
+    results = [replay_trajectory(runtime, cases[line["case_id"]], line["messages"][:-1] if i % 3 == 0 else
+                                 line["messages"]) for i, line in enumerate(lines[:9])]
+    path = tmp_path / "eval_cases_sft.json"
+    path.write_text(json.dumps([r.to_json() for r in results]), encoding="utf-8")
+    references = {c.case_id: tuple(s.tool for s in c.task.reference) for c in cases.values()}
+    kinds, total, passed = table.saved_failures(path, references)
+    assert (kinds, total, passed) == (count_failures(results), 9, sum(r.passed for r in results))
+    assert kinds.turn_limit > 0
