@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -98,15 +98,26 @@ class DigestCache:
     of the seed happens once per load, however many runtimes, episodes and probes follow.
     """
 
-    def __init__(self, value: dict[str, TableDigest] | None = None) -> None:
+    def __init__(self, value: dict[str, TableDigest] | None = None,
+                 pending: Callable[[], dict[str, TableDigest]] | None = None) -> None:
         self.value: dict[str, TableDigest] | None = value
         self.scans = 0 if value is None else 1
+        self._pending = pending
+        """Waits for digests being computed elsewhere (:class:`world_format.seed_checks.SeedChecks`)."""
+
+    def ready(self) -> dict[str, TableDigest] | None:
+        """The digests when known or being computed elsewhere (waiting for them then), else None."""
+        if self.value is None and self._pending is not None:
+            self.value, self._pending = self._pending(), None
+            self.scans += 1
+        return self.value
 
     def get(self, conn: sqlite3.Connection, tables: Sequence[Table], strict: Collection[str]) -> dict[str, TableDigest]:
         """The digests, scanning ``conn`` (a pristine copy of the seed) only the first time."""
-        if self.value is None:
+        if self.ready() is None:
             self.value = scan_digests(conn, tables, strict)
             self.scans += 1
+        assert self.value is not None
         return self.value
 
 
