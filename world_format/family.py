@@ -18,9 +18,7 @@ from pydantic import ValidationError
 
 from world_format.errors import WorldFormatError
 
-from .background import Background
-from .models import Task, World
-from .sqlguard import Guard, named_parameters, open_memory_copy
+from .models import Task
 
 if TYPE_CHECKING:
     from .runtime import WorldRuntime
@@ -90,59 +88,13 @@ def fill(task: Task, row: dict[str, Any], where: str = "task") -> Task:
 
 
 MEMO_KEY = "family_rows"
-PENDING_KEY = "family_rows_pending"
-Batches = list[tuple[list[str], list[Any]]]
-"""A family query's rows as :func:`_query_batches` yields them: (column names, rows) per batch."""
 
 
-def remember_family_rows(runtime: WorldRuntime, pending: Background[dict[str, Batches | WorldFormatError]] | None
-                         = None) -> None:
+def remember_family_rows(runtime: WorldRuntime) -> None:
     """Have :func:`iter_family_rows` keep each query's rows on this runtime (and its forks): the first run reads them
     all, later ones replay them. A build runs each family query twice (validation reads its first row, minting all
-    of them); a query that sorts (a window function) costs as much for its first row as for all of them.
-    ``pending``: the queries already running elsewhere (:func:`start_family_queries`), waited for when first read."""
+    of them); a query that sorts (a window function) costs as much for its first row as for all of them."""
     runtime.memo.setdefault(MEMO_KEY, {})
-    if pending is not None:
-        runtime.memo[PENDING_KEY] = pending
-
-
-def start_family_queries(world: World, seed: bytes, source: str,
-                         timeout_s: float = 2.0) -> Background[dict[str, Batches | WorldFormatError]]:
-    """Every parameterless family query of ``world`` run on a thread, one after another, on a private copy of
-    ``seed`` under the same guard a runtime's connection has (its authorizer, limits and deadline): the rows, or the
-    WorldFormatError the query gives, named as validation names it (the first task with that query). SQLite
-    releases the GIL while it steps, so a build validates and mints meanwhile."""
-    tables = {table.name for table in world.state.tables}
-    queries: dict[str, str] = {}
-    for index, task in enumerate(world.tasks):
-        query = task.family.query if task.family is not None else None
-        if query is not None and query not in queries and _parameterless(query):
-            queries[query] = f"{source}: /tasks/{index}"
-
-    def run() -> dict[str, Batches | WorldFormatError]:
-        if not queries:
-            return {}
-        conn = open_memory_copy(seed)
-        try:
-            guard = Guard(conn, tables, timeout_s=timeout_s)
-            found: dict[str, Batches | WorldFormatError] = {}
-            for query, where in queries.items():
-                try:
-                    found[query] = list(_query_batches(guard, query, where))
-                except WorldFormatError as exc:
-                    found[query] = exc
-            return found
-        finally:
-            conn.close()
-
-    return Background(run, "blobkit-family-queries")
-
-
-def _parameterless(query: str) -> bool:
-    try:
-        return not named_parameters(query)
-    except ValueError:
-        return False
 
 
 def iter_family_rows(runtime: WorldRuntime, task: Task, where: str = "task") -> Generator[dict[str, Any]]:
@@ -156,30 +108,24 @@ def iter_family_rows(runtime: WorldRuntime, task: Task, where: str = "task") -> 
         raise WorldFormatError(f"{where}: not a family task")
     kept = runtime.memo.get(MEMO_KEY)
     if not isinstance(kept, dict):
-        with closing(_query_batches(runtime.guard, task.family.query, where)) as batches:
+        with closing(_query_batches(runtime, task.family.query, where)) as batches:
             for columns, batch in batches:
                 for row in batch:
                     yield dict(zip(columns, row, strict=True))
         return
-    pending = runtime.memo.pop(PENDING_KEY, None)
-    if isinstance(pending, Background):
-        for query, found in pending.result().items():
-            kept.setdefault(query, found)
     if task.family.query not in kept:
-        read = [(columns, batch) for columns, batch in _query_batches(runtime.guard, task.family.query, where)]
+        read = [(columns, batch) for columns, batch in _query_batches(runtime, task.family.query, where)]
         kept[task.family.query] = read
-    if isinstance(kept[task.family.query], WorldFormatError):
-        raise kept[task.family.query]
     for columns, batch in kept[task.family.query]:
         for row in batch:
             yield dict(zip(columns, row, strict=True))
 
 
-def _query_batches(guard: Guard, query: str, where: str) -> Generator[tuple[list[str], list[Any]]]:
+def _query_batches(runtime: WorldRuntime, query: str, where: str) -> Generator[tuple[list[str], list[Any]]]:
     """The family query's rows in batches, each with the column names."""
     count = 0
     try:
-        with guard.world("read", timeout_s=FAMILY_QUERY_SECONDS) as conn:
+        with runtime.guard.world("read", timeout_s=FAMILY_QUERY_SECONDS) as conn:
             cursor = conn.execute(query)
             if cursor.description is None:
                 raise WorldFormatError(f"{where}/family/query: must be a SELECT that returns rows")

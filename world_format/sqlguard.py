@@ -10,6 +10,7 @@ bookkeeping statements.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import sqlite3
 import threading
@@ -97,6 +98,11 @@ class _Watchdog:
     """
 
     def __init__(self) -> None:
+        self._reset()
+        if hasattr(os, "register_at_fork"):  # a forked child has no watchdog thread (nor a usable lock): a fresh one
+            os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
         self._lock = threading.Condition()
         self._deadlines: dict[int, tuple[float, sqlite3.Connection]] = {}
         self._wake = float("inf")

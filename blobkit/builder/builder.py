@@ -19,7 +19,7 @@ from blobkit.wording import task_defects, world_words
 from world_format.archive import write_tar_zst
 from world_format.background import start_import
 from world_format.canonical import canonical_bytes
-from world_format.family import remember_family_rows, start_family_queries
+from world_format.family import remember_family_rows
 from world_format.jsontext import json_lines
 from world_format.kit import KIT_FILE
 from world_format.loaded import LoadedWorld
@@ -52,11 +52,8 @@ def _load(world_path: Path, progress: Progress) -> tuple[LoadedWorld, WorldRunti
     start_import("inflect")  # the wording check's grammar (seconds of import), loaded while SQLite works
     loaded = load_world(world_path, validate=False, background_checks=True)
     with _checks_first(loaded):
-        family_rows = start_family_queries(loaded.world, loaded.seed, str(loaded.path))
         runtime = loaded.runtime()
-        # validation reads each family query's first row, minting all its rows: one run, begun while the runtime
-        # is made (SQLite works on the thread while Python copies the seed here)
-        remember_family_rows(runtime, family_rows)
+        remember_family_rows(runtime)  # validation reads each family query's first row, minting all its rows: one run
         try:
             validate_world(loaded, runtime)
         except BaseException:
