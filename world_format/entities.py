@@ -68,10 +68,11 @@ class Entities:
     Each row is read when a lookup first needs it (by its primary key, through SQLite's index on it) and
     remembered, so a build that asks about a few thousand rows reads a few thousand rows, however large the seed.
     The lookups read a private, read-only copy of the seed taken when the object is made (later writes to
-    ``conn`` are not seen, :class:`world_format.seed_copy.SeedCopy`), so the object may be shared by runtimes.
+    ``conn`` are not seen, :class:`world_format.seed_copy.SeedCopy`; ``conn`` may be the serialized seed itself),
+    so the object may be shared by runtimes.
     """
 
-    def __init__(self, world: World, conn: sqlite3.Connection) -> None:
+    def __init__(self, world: World, conn: sqlite3.Connection | bytes) -> None:
         self._world = world
         self._tables = {table.name: table for table in world.state.tables}
         self.seed = SeedCopy(conn)

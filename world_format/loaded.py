@@ -9,14 +9,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from world_format.canonical import canonical_bytes, sha256_hex
 
+from .errors import WorldFormatError
 from .models import World
 from .runtime import DigestCache, WorldRuntime, strict_tables
 from .sqlguard import open_memory_copy
 from .state import TableDigest, state_hash
+
+if TYPE_CHECKING:
+    from .seed_checks import SeedChecks
 
 
 @dataclass(frozen=True)
@@ -29,11 +33,19 @@ class LoadedWorld:
     path: Path
     digests: DigestCache = field(default_factory=DigestCache, compare=False, repr=False)
     """The seed's table digests, scanned once and shared by every runtime of this world."""
+    checks: SeedChecks | None = field(default=None, compare=False, repr=False)
+    """The seed's full-read checks still running (``load_world(..., background_checks=True)``), else None."""
+    seed_sha256: str | None = field(default=None, compare=False, repr=False)
+    """sha256 (hex) of :attr:`seed` when the loader already computed it (the package's checksum), else None."""
+
+    def check_failure(self) -> WorldFormatError | None:
+        """Wait for the seed checks still running; their first failure, or None (also when none were running)."""
+        return None if self.checks is None else self.checks.failure()
 
     @property
     def seed_digests(self) -> dict[str, TableDigest]:
         """Digests of the seed's tables (one scan per loaded world, whoever asks first)."""
-        if self.digests.value is None:
+        if self.digests.ready() is None:
             conn = open_memory_copy(self.seed)
             try:
                 self.digests.get(conn, self.world.state.tables, strict_tables(conn))

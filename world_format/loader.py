@@ -25,6 +25,7 @@ from .loaded import LoadedWorld
 from .manifest import check_bytes, check_listing
 from .models import World
 from .runtime import DigestCache, text_checked_digests
+from .seed_checks import SeedChecks
 from .sqlguard import open_memory_copy
 from .state import TableDigest, build_seed, check_seed
 from .validate import validate_world
@@ -102,11 +103,17 @@ def parse_world(document: Any, source: str) -> World:
 # --------------------------------------------------------------------------- the two forms
 
 
-def load_world(path: Path | str, budget: Budget = DEFAULT_BUDGET, *, validate: bool = True) -> LoadedWorld:
-    """Load a world from a packaged directory or a single-file export, fully checked."""
+def load_world(path: Path | str, budget: Budget = DEFAULT_BUDGET, *, validate: bool = True,
+               background_checks: bool = False) -> LoadedWorld:
+    """Load a world from a packaged directory or a single-file export, fully checked.
+
+    With ``background_checks`` a packaged seed's checks that read every row (and its digest) go on on a thread
+    (:class:`world_format.seed_checks.SeedChecks`) after this returns: the caller must wait for
+    :meth:`LoadedWorld.check_failure` before it trusts the world (the builder does, before it publishes a kit).
+    """
     path = Path(path)
     if path.is_dir() and not path.is_symlink():
-        loaded = _load_package(path, budget)
+        loaded = _load_package(path, budget, background_checks)
     else:
         loaded = _load_single_file(path, budget)
     if validate:
@@ -160,16 +167,16 @@ def rollback_journal_copy(seed: bytes) -> bytes:
     return seed
 
 
-def _load_package(directory: Path, budget: Budget) -> LoadedWorld:
+def _load_package(directory: Path, budget: Budget, background_checks: bool = False) -> LoadedWorld:
     files = read_manifest(directory, budget)
     check_listing(directory, files, MANIFEST_FILE, recursive=False)
     if set(files) != {WORLD_FILE, SEED_FILE}:
         raise WorldFormatError(f"{directory}: a packaged world holds exactly {WORLD_FILE} and {SEED_FILE}")
     world_bytes = read_bounded(directory / WORLD_FILE, budget.max_world_json_bytes, "world.json")
     check_bytes(directory / WORLD_FILE, world_bytes, files[WORLD_FILE], MANIFEST_FILE)
-    seed = read_bounded(directory / SEED_FILE, budget.max_seed_bytes, "seed.sqlite")
-    check_bytes(directory / SEED_FILE, seed, files[SEED_FILE], MANIFEST_FILE)
-    seed = rollback_journal_copy(seed)
+    read = read_bounded(directory / SEED_FILE, budget.max_seed_bytes, "seed.sqlite")
+    seed_sha256 = check_bytes(directory / SEED_FILE, read, files[SEED_FILE], MANIFEST_FILE)
+    seed = rollback_journal_copy(read)
     source = str(directory / WORLD_FILE)
     world = parse_world(parse_json(world_bytes, source), source)
     check_declaration(world, source)
@@ -178,10 +185,19 @@ def _load_package(directory: Path, budget: Budget) -> LoadedWorld:
     conn = open_memory_copy(seed) if seed[:16] == SQLITE_HEADER else None
     if conn is None:
         raise WorldFormatError(f"{directory / SEED_FILE}: not an SQLite database")
+    known = seed_sha256 if seed is read else None
+    if background_checks:
+        try:
+            check_seed(conn, world.state, str(directory), rows=False)
+        except BaseException:
+            conn.close()
+            raise
+        checks = SeedChecks(conn, world.state, str(directory))  # closes conn when done
+        return LoadedWorld(world, seed, "package", directory, DigestCache(pending=checks.digests), checks, known)
     digests: dict[str, TableDigest] = {}
     try:  # the text check is the seed digest's pass (one pass over the rows for both)
         check_seed(conn, world.state, str(directory),
                    check_text=lambda: digests.update(text_checked_digests(conn, world.state, str(directory))))
     finally:
         conn.close()
-    return LoadedWorld(world, seed, "package", directory, DigestCache(digests))
+    return LoadedWorld(world, seed, "package", directory, DigestCache(digests), seed_sha256=known)

@@ -29,14 +29,17 @@ Content = bytes | Path
 """A file's content: bytes in memory, or a file on disk to copy (streamed, fsynced)."""
 
 
-def file_entry(data: bytes) -> dict[str, Any]:
-    """The manifest entry of ``data``: its sha256 (hex) and size in bytes."""
-    return {"sha256": sha256_hex(data), "bytes": len(data)}
+def file_entry(data: bytes, sha256: str | None = None) -> dict[str, Any]:
+    """The manifest entry of ``data``: its sha256 (hex; ``sha256`` when the caller already hashed these very bytes)
+    and size in bytes."""
+    return {"sha256": sha256 or sha256_hex(data), "bytes": len(data)}
 
 
-def file_table(files: Mapping[str, bytes]) -> FileTable:
-    """The manifest entries of in-memory files, by relative path (sorted)."""
-    return {name: file_entry(data) for name, data in sorted(files.items())}
+def file_table(files: Mapping[str, bytes], hashed: Mapping[str, str] | None = None) -> FileTable:
+    """The manifest entries of in-memory files, by relative path (sorted); ``hashed`` gives the sha256 of files
+    whose bytes the caller already hashed."""
+    known = hashed or {}
+    return {name: file_entry(data, known.get(name)) for name, data in sorted(files.items())}
 
 
 def _entry_of_path(path: Path) -> dict[str, Any]:
@@ -50,23 +53,26 @@ def _copy_durable(source: Path, target: Path) -> None:
 
 def write_manifested_dir(out: Path, files: Mapping[str, Content], manifest_name: str,
                          render: Callable[[FileTable], bytes],
-                         before_publish: Callable[[Path], None] | None = None) -> FileTable:
+                         before_publish: Callable[[Path], None] | None = None,
+                         hashed: Mapping[str, str] | None = None) -> FileTable:
     """Write ``files`` and their manifest into ``out``, atomically; return the file table.
 
     ``files`` maps relative POSIX paths to bytes or to files to copy. ``render(table)`` returns
     the manifest's bytes (each artifact keeps its own manifest document around the shared table).
     ``before_publish(staging)`` runs on the complete folder before it replaces ``out`` (the kit
-    writes its archive there). On any failure ``out`` is left as it was and the staging folder is
-    removed.
+    writes its archive there). ``hashed`` gives the sha256 of in-memory files whose very bytes the
+    caller already hashed (a kit's seed). On any failure ``out`` is left as it was and the staging
+    folder is removed.
     """
     staging = staging_dir(out)
+    known = hashed or {}
     try:
         table: FileTable = {}
         for name in sorted(files):
             content, target = files[name], staging / name
             if isinstance(content, bytes):
                 atomic_write_bytes(target, content)
-                table[name] = file_entry(content)
+                table[name] = file_entry(content, known.get(name))
             else:
                 _copy_durable(Path(content), target)
                 table[name] = _entry_of_path(target)
@@ -113,10 +119,12 @@ def _well_formed(entry: Any) -> bool:
             and isinstance(entry["bytes"], int) and not isinstance(entry["bytes"], bool))
 
 
-def check_bytes(path: Path, data: bytes, entry: Any, manifest_name: str) -> None:
-    """Compare bytes already read with their manifest entry."""
-    if not _well_formed(entry) or len(data) != entry["bytes"] or sha256_hex(data) != entry["sha256"]:
+def check_bytes(path: Path, data: bytes, entry: Any, manifest_name: str) -> str:
+    """Compare bytes already read with their manifest entry; return their sha256 (hex)."""
+    digest = sha256_hex(data) if _well_formed(entry) and len(data) == entry["bytes"] else ""
+    if not digest or digest != entry["sha256"]:
         raise ChecksumError(f"{path}: sha256 or size does not match {manifest_name}")
+    return digest
 
 
 def verify_manifested_dir(root: Path, table: Mapping[str, Any], manifest_name: str, *, recursive: bool) -> None:

@@ -25,7 +25,8 @@ def manifest_bytes(table: FileTable) -> bytes:
 def package_files(loaded: LoadedWorld) -> dict[str, bytes]:
     """The files of the packaged form (world.json, seed.sqlite, manifest.json) as bytes."""
     files = {WORLD_FILE: _world_bytes(loaded), SEED_FILE: loaded.seed}
-    files[MANIFEST_FILE] = manifest_bytes(file_table(files))
+    hashed = {SEED_FILE: loaded.seed_sha256} if loaded.seed_sha256 else None
+    files[MANIFEST_FILE] = manifest_bytes(file_table(files, hashed))
     return files
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -56,37 +56,43 @@ def strict_tables(conn: sqlite3.Connection) -> frozenset[str]:
     return frozenset(name for (name,) in rows)
 
 
-def _table_digest(conn: sqlite3.Connection, table: Table, strict: bool) -> TableDigest:
-    """One table's digest by one scan; the per-row work stays in C as far as possible."""
+def _table_digest(conn: sqlite3.Connection, table: Table, strict: bool, check_text: bool = False) -> TableDigest:
+    """One table's digest by one scan; the per-row work stays in C as far as possible.
+
+    Each row's text comes back as its UTF-8 bytes (``CAST ... AS BLOB``), which are what is hashed, so no row is
+    decoded and encoded again. ``check_text``: each batch's rows, joined by newlines (which no multi-byte sequence
+    contains), are decoded once, so text that is not UTF-8 raises UnicodeDecodeError.
+    """
     prefix = f"{table.name}\x00".encode()
     sha256, from_bytes = hashlib.sha256, int.from_bytes
-    cursor = conn.execute(f"SELECT {_row_text_sql(table, strict)} FROM {quote_identifier(table.name)}")
+    cursor = conn.execute(f"SELECT CAST({_row_text_sql(table, strict)} AS BLOB) FROM {quote_identifier(table.name)}")
     total, count = 0, 0
     while rows := cursor.fetchmany(4096):
         count += len(rows)
-        total += sum(from_bytes(sha256(prefix + text.encode()).digest(), "big") for (text,) in rows)
+        if check_text:
+            b"\n".join(text for (text,) in rows).decode("utf-8")
+        total += sum(from_bytes(sha256(prefix + text).digest(), "big") for (text,) in rows)
     return TableDigest(count, total % MODULUS)
 
 
 def scan_digests(conn: sqlite3.Connection, tables: Sequence[Table],
-                 strict: Collection[str] = frozenset()) -> dict[str, TableDigest]:
+                 strict: Collection[str] = frozenset(), check_text: bool = False) -> dict[str, TableDigest]:
     """Digest every table by one scan each (order independent).
 
     ``strict`` names the tables known to be STRICT (see :func:`strict_tables`); any other
     table is rendered with the general, type-testing SQL. Both give the same digests.
+    ``check_text``: UnicodeDecodeError for text that is not UTF-8 (:func:`text_checked_digests`).
     """
-    return {table.name: _table_digest(conn, table, table.name in strict) for table in tables}
+    return {table.name: _table_digest(conn, table, table.name in strict, check_text) for table in tables}
 
 
 def text_checked_digests(conn: sqlite3.Connection, state: State, source: str) -> dict[str, TableDigest]:
     """:func:`scan_digests` of every table of ``conn`` (an unguarded copy of a seed), which also checks that every
-    text value is UTF-8: each row's text is decoded as it is fetched, and a value that is not UTF-8 fails the
+    text value is UTF-8: each batch of rendered rows is decoded once, and a value that is not UTF-8 fails the
     decode. WorldFormatError naming the table, row and column (:func:`world_format.state.check_seed_text`)."""
     try:
-        return scan_digests(conn, state.tables, strict_tables(conn))
-    except sqlite3.OperationalError as exc:
-        if "decode" not in str(exc):
-            raise
+        return scan_digests(conn, state.tables, strict_tables(conn), check_text=True)
+    except UnicodeDecodeError as exc:
         check_seed_text(conn, state, source)
         raise WorldFormatError(f"{source}: seed.sqlite holds text that is not UTF-8 ({exc})") from None
 
@@ -98,15 +104,26 @@ class DigestCache:
     of the seed happens once per load, however many runtimes, episodes and probes follow.
     """
 
-    def __init__(self, value: dict[str, TableDigest] | None = None) -> None:
+    def __init__(self, value: dict[str, TableDigest] | None = None,
+                 pending: Callable[[], dict[str, TableDigest]] | None = None) -> None:
         self.value: dict[str, TableDigest] | None = value
         self.scans = 0 if value is None else 1
+        self._pending = pending
+        """Waits for digests being computed elsewhere (:class:`world_format.seed_checks.SeedChecks`)."""
+
+    def ready(self) -> dict[str, TableDigest] | None:
+        """The digests when known or being computed elsewhere (waiting for them then), else None."""
+        if self.value is None and self._pending is not None:
+            self.value, self._pending = self._pending(), None
+            self.scans += 1
+        return self.value
 
     def get(self, conn: sqlite3.Connection, tables: Sequence[Table], strict: Collection[str]) -> dict[str, TableDigest]:
         """The digests, scanning ``conn`` (a pristine copy of the seed) only the first time."""
-        if self.value is None:
+        if self.ready() is None:
             self.value = scan_digests(conn, tables, strict)
             self.scans += 1
+        assert self.value is not None
         return self.value
 
 

@@ -15,11 +15,12 @@ from .sqlguard import open_memory_copy
 
 
 class SeedCopy:
-    """A read-only in-memory copy of the database ``conn`` holds (later writes to ``conn`` are not seen); reads from
-    several threads are serialised."""
+    """A read-only in-memory copy of the database ``conn`` holds (later writes to ``conn`` are not seen), or of
+    the serialized database ``conn`` (the seed's bytes: no serialization, one copy fewer); reads from several
+    threads are serialised."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = open_memory_copy(conn.serialize())
+    def __init__(self, conn: sqlite3.Connection | bytes) -> None:
+        self._conn = open_memory_copy(conn if isinstance(conn, bytes) else conn.serialize())
         self._conn.execute("PRAGMA query_only=ON")
         self._lock = threading.Lock()
 

@@ -1,4 +1,4 @@
-"""Hardened SQLite connections: limits, an authorizer and a progress-handler timeout.
+"""Hardened SQLite connections: limits, an authorizer and a deadline (a watchdog thread interrupts late SQL).
 
 World SQL (tool statements, preconditions, verifier queries) only ever runs through a
 connection prepared here. The authorizer denies ATTACH/DETACH, PRAGMA, transaction and
@@ -9,8 +9,11 @@ bookkeeping statements.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -84,6 +87,58 @@ def named_parameters(sql: str) -> list[str]:
     return seen
 
 
+class _Watchdog:
+    """One thread that interrupts each connection whose world SQL runs past its deadline.
+
+    SQLite's progress handler would call back into Python (and so wait for the GIL) every few thousand
+    virtual-machine steps; beside a busy Python thread every callback waits up to the interpreter's switch
+    interval and a long query crawls. Instead this thread sleeps until the earliest deadline and calls
+    ``sqlite3_interrupt`` (thread-safe) on a connection still inside its :meth:`Guard.world` block then; the
+    statement fails with "interrupted", as a progress handler's refusal makes it fail.
+    """
+
+    def __init__(self) -> None:
+        self._reset()
+        if hasattr(os, "register_at_fork"):  # a forked child has no watchdog thread (nor a usable lock): a fresh one
+            os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._lock = threading.Condition()
+        self._deadlines: dict[int, tuple[float, sqlite3.Connection]] = {}
+        self._wake = float("inf")
+        self._thread: threading.Thread | None = None
+
+    def arm(self, token: int, deadline: float, conn: sqlite3.Connection) -> None:
+        """Interrupt ``conn`` at ``deadline`` (monotonic seconds) unless :meth:`disarm` comes first."""
+        with self._lock:
+            self._deadlines[token] = (deadline, conn)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="blobkit-sql-watchdog", daemon=True)
+                self._thread.start()
+            if deadline < self._wake:
+                self._lock.notify()
+
+    def disarm(self, token: int) -> None:
+        """Forget ``token``'s deadline (its world SQL is over)."""
+        with self._lock:
+            self._deadlines.pop(token, None)
+
+    def _run(self) -> None:
+        with self._lock:
+            while True:
+                now = time.monotonic()
+                for token, (deadline, conn) in list(self._deadlines.items()):
+                    if deadline <= now:
+                        del self._deadlines[token]
+                        with contextlib.suppress(sqlite3.ProgrammingError):  # closed in its world block: idle
+                            conn.interrupt()
+                self._wake = min((deadline for deadline, _ in self._deadlines.values()), default=float("inf"))
+                self._lock.wait(None if self._wake == float("inf") else self._wake - now)
+
+
+_WATCHDOG = _Watchdog()
+
+
 class Guard:
     """Owns a connection's authorizer and time budget.
 
@@ -101,10 +156,6 @@ class Guard:
         for limit, value in LIMITS.items():
             conn.setlimit(limit, value)
         conn.set_authorizer(self._authorize)
-        conn.set_progress_handler(self._progress, 2000)
-
-    def _progress(self) -> int:
-        return 1 if time.monotonic() > self._deadline else 0
 
     def _authorize(self, action: int, arg1: str | None, arg2: str | None, db: str | None, source: str | None) -> int:
         if self._host_depth:
@@ -144,10 +195,15 @@ class Guard:
         previous_mode, previous_deadline = self.mode, self._deadline
         self.mode = mode
         self._deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
+        _WATCHDOG.arm(id(self), self._deadline, self.conn)
         try:
             yield self.conn
         finally:
             self.mode, self._deadline = previous_mode, previous_deadline
+            if previous_deadline == float("inf"):
+                _WATCHDOG.disarm(id(self))
+            else:
+                _WATCHDOG.arm(id(self), previous_deadline, self.conn)
 
 
 def open_memory_copy(seed: bytes) -> sqlite3.Connection:

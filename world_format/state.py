@@ -243,14 +243,14 @@ def declared_schema(state: State) -> dict[tuple[str, str], str | None]:
 
 
 def check_seed(conn: sqlite3.Connection, state: State, source: str,
-               check_text: Callable[[], object] | None = None) -> None:
+               check_text: Callable[[], object] | None = None, *, rows: bool = True) -> None:
     """Refuse a seed that is corrupt or whose schema is not exactly what the world declares.
 
     Every table, index, view and trigger must be declared, and each CREATE statement must read as the
     declaration's own (same columns, types, constraints, collations, defaults, STRICT), so two seeds
     that behave differently never pass as the same world. The refusal names the entry and the first
-    difference. ``check_text`` replaces :func:`check_seed_text` with a pass that also checks every text value
-    (the loader's seed digest, :func:`world_format.runtime.text_checked_digests`: one pass instead of two).
+    difference. Then, unless ``rows`` is False (the caller runs them itself, :mod:`world_format.seed_checks`),
+    the checks that read every row (:func:`check_seed_rows`, given ``check_text``).
     """
     try:
         result = conn.execute("PRAGMA quick_check").fetchall()
@@ -277,8 +277,24 @@ def check_seed(conn: sqlite3.Connection, state: State, source: str,
     if missing:
         kind, name = missing[0]
         raise WorldFormatError(f"{source}: seed.sqlite lacks declared {kind} {name!r}")
+    if rows:
+        check_seed_rows(conn, state, source, check_text)
+
+
+def check_foreign_keys(conn: sqlite3.Connection, source: str) -> None:
+    """Every reference of the seed names an existing row (``PRAGMA foreign_key_check``)."""
     if conn.execute("PRAGMA foreign_key_check").fetchone():
         raise WorldFormatError(f"{source}: seed.sqlite violates a declared foreign key")
+
+
+def check_seed_rows(conn: sqlite3.Connection, state: State, source: str,
+                    check_text: Callable[[], object] | None = None) -> None:
+    """The seed checks that read every row, in this order: foreign keys, UTF-8 text, JSON columns.
+
+    ``check_text`` replaces :func:`check_seed_text` with a pass that also checks every text value (the loader's
+    seed digest, :func:`world_format.runtime.text_checked_digests`: one pass instead of two).
+    """
+    check_foreign_keys(conn, source)
     if check_text is None:
         check_seed_text(conn, state, source)
     else:

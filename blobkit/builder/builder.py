@@ -8,19 +8,22 @@ then the kit folder and its reproducible archive are written atomically.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from blobkit.errors import KitError
 from blobkit.wording import task_defects, world_words
 from world_format.archive import write_tar_zst
+from world_format.background import start_import
 from world_format.canonical import canonical_bytes
 from world_format.family import remember_family_rows
 from world_format.jsontext import json_lines
 from world_format.kit import KIT_FILE
 from world_format.loaded import LoadedWorld
-from world_format.loader import load_world
+from world_format.loader import SEED_FILE, load_world
 from world_format.manifest import FileTable, write_manifested_dir
 from world_format.runtime import WorldRuntime
 from world_format.validate import validate_world
@@ -38,28 +41,48 @@ from .split import Case, split_cases
 
 
 def _load(world_path: Path, progress: Progress) -> tuple[LoadedWorld, WorldRuntime]:
-    """Load and validate the world on the runtime the build then uses, and digest its seed once.
+    """Load and validate the world on the runtime the build then uses.
 
-    Here the build reads the whole database (checksum, integrity check, the seed digest);
-    after it, probes and replays are episodes (savepoints) that read and hash changed rows only.
+    Here the build reads the seed (checksum, integrity check and schema); a packaged seed's checks that read
+    every row, with the seed digest, go on on a thread (:mod:`world_format.seed_checks`) while the build mints:
+    the first probe waits for the digest, publishing for the verdict (:func:`_checks_first`). After it, probes
+    and replays are episodes (savepoints) that read and hash changed rows only.
     """
     progress("load", 0, 1)
-    loaded = load_world(world_path, validate=False)
-    runtime = loaded.runtime()
-    remember_family_rows(runtime)  # validation reads each family query's first row, minting all its rows: one run
-    try:
-        validate_world(loaded, runtime)
-        runtime.seed_digests  # noqa: B018 - the one full scan of the seed, done here rather than in the first probe
-    except BaseException:
-        runtime.close()
-        raise
+    start_import("inflect")  # the wording check's grammar (seconds of import), loaded while SQLite works
+    loaded = load_world(world_path, validate=False, background_checks=True)
+    with _checks_first(loaded):
+        runtime = loaded.runtime()
+        remember_family_rows(runtime)  # validation reads each family query's first row, minting all its rows: one run
+        try:
+            validate_world(loaded, runtime)
+        except BaseException:
+            runtime.close()
+            raise
     progress("load", 1, 1)
     return loaded, runtime
 
 
+@contextmanager
+def _checks_first(loaded: LoadedWorld | None) -> Iterator[None]:
+    """A failure while the seed's checks still run is reported as theirs when they fail: a seed that breaks a
+    foreign key or holds text that is not UTF-8 is refused as such, whatever it made minting do meanwhile."""
+    try:
+        yield
+    except Exception:
+        failure = None if loaded is None else loaded.check_failure()
+        if failure is not None:
+            raise failure from None
+        raise
+    except BaseException:
+        if loaded is not None and loaded.checks is not None:
+            loaded.checks.cancel()
+        raise
+
+
 def _execute(loaded: LoadedWorld, runtime: WorldRuntime, config: BuildConfig, progress: Progress) -> Executed:
     """Mint, gate, split and replay: every step an episode of ``runtime``, never a copy of the seed."""
-    minter = Minter(loaded.world, runtime, config.seed, config.eval_percent)
+    minter = Minter(loaded.world, runtime, config.seed, config.eval_percent, loaded.seed)
     entries = candidates(loaded, minter, config, progress)
     gate_candidates(runtime, minter, entries, progress)
     admitted = [entry for entry in entries if not entry.reasons and entry.instances]
@@ -106,6 +129,16 @@ class BuiltKit:
     files: dict[str, bytes]
     meta: dict[str, Any]
     record: dict[str, Any]
+    hashed: dict[str, str] = field(default_factory=dict)
+    """The sha256 of files whose very bytes the build already hashed (the seed, checked against its package)."""
+    loaded: LoadedWorld | None = field(default=None, compare=False, repr=False)
+    """The world it was built from, whose seed checks :meth:`verdict` waits for."""
+
+    def verdict(self) -> None:
+        """Wait for the seed's checks still running; raise their first failure (WorldFormatError)."""
+        failure = None if self.loaded is None else self.loaded.check_failure()
+        if failure is not None:
+            raise failure
 
     def rejected(self) -> list[dict[str, Any]]:
         """The rejected candidates' task records (as rejected.jsonl holds them)."""
@@ -119,13 +152,24 @@ def execute_build(world_path: Path, config: BuildConfig = BuildConfig(), progres
     ``load``, ``mint`` (per task family), ``gate`` (per task), ``split`` (per case),
     ``replay`` (per training case) and, with ``renamed_replays``, ``rename`` (per training case with a row).
     """
-    loaded, runtime = _load(Path(world_path), progress)
-    try:
-        done = _execute(loaded, runtime, config, progress)
-    finally:
-        runtime.close()
-    record = {**build_record(done), "tool_coverage": tool_coverage(loaded.world, done, config)}
-    return BuiltKit(loaded.world.identity.id, kit_files(loaded, done), kit_meta(loaded, config, done, record), record)
+    built = _execute_build(Path(world_path), config, progress)
+    with _checks_first(built.loaded):
+        built.verdict()
+    return built
+
+
+def _execute_build(world_path: Path, config: BuildConfig, progress: Progress) -> BuiltKit:
+    """:func:`execute_build` with the seed's checks perhaps still running (``built.verdict()`` waits for them)."""
+    loaded, runtime = _load(world_path, progress)
+    with _checks_first(loaded):
+        try:
+            done = _execute(loaded, runtime, config, progress)
+        finally:
+            runtime.close()
+        record = {**build_record(done), "tool_coverage": tool_coverage(loaded.world, done, config)}
+        files, meta = kit_files(loaded, done), kit_meta(loaded, config, done, record)
+    hashed = {f"world/{SEED_FILE}": loaded.seed_sha256} if loaded.seed_sha256 else {}
+    return BuiltKit(loaded.world.identity.id, files, meta, record, hashed, loaded)
 
 
 def build_kit(world_path: Path, out_dir: Path, config: BuildConfig = BuildConfig(),
@@ -136,7 +180,9 @@ def build_kit(world_path: Path, out_dir: Path, config: BuildConfig = BuildConfig
     any stage when ``out_dir`` cannot be written (:func:`world_format.writable.check_writable`).
     """
     check_writable(out_dir)
-    return write_kit(execute_build(world_path, config, progress), out_dir, progress)
+    built = _execute_build(Path(world_path), config, progress)
+    with _checks_first(built.loaded):
+        return write_kit(built, out_dir, progress)
 
 
 def write_kit(built: BuiltKit, out_dir: Path, progress: Progress = no_progress) -> dict[str, Any]:
@@ -150,9 +196,9 @@ def write_kit(built: BuiltKit, out_dir: Path, progress: Progress = no_progress) 
 
     def archive_it(staging: Path) -> None:
         progress("write", 1, 2)
-        written["sha256"], written["bytes"] = write_tar_zst(staging, archive, name)
+        written["sha256"], written["bytes"] = write_tar_zst(staging, archive, name, before_replace=built.verdict)
 
     progress("write", 0, 2)
-    write_manifested_dir(final, built.files, KIT_FILE, render, before_publish=archive_it)
+    write_manifested_dir(final, built.files, KIT_FILE, render, before_publish=archive_it, hashed=built.hashed)
     progress("write", 2, 2)
     return {**built.record, "kit": {"path": str(final), "archive": str(archive), **written}}

@@ -147,15 +147,20 @@ CONFIRMATION = "Yes, please go ahead."
 class Minter:
     """Instantiates specs on anchor rows, executing each chain to ground the task."""
 
-    def __init__(self, world: World, runtime: WorldRuntime, seed: int, eval_percent: int) -> None:
+    def __init__(self, world: World, runtime: WorldRuntime, seed: int, eval_percent: int,
+                 serialized: bytes | None = None) -> None:
+        """``serialized``: the seed's bytes when the caller holds them (the entity lookups' private copy is made
+        from them, one copy of the database fewer than serializing the runtime's)."""
         self.world = world
         self.runtime = runtime
         self.seed = seed
         self.eval_percent = eval_percent
         self._missing_errors: dict[str, set[str]] = {}
         self._keys: dict[str, tuple[Any, ...]] = {}
-        with runtime.guard.host() as conn:
-            self.sides = Sides(seed, eval_percent, Entities(world, conn))
+        if serialized is None:
+            with runtime.guard.host() as conn:
+                serialized = conn.serialize()
+        self.sides = Sides(seed, eval_percent, Entities(world, serialized))
         self.addresser = Addresser(world, self.sides.entities, runtime, seed)
         self.procedures = ProcedureChecker.of(runtime, self.sides.entities)
 

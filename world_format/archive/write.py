@@ -2,22 +2,40 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import tarfile
-import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 import zstandard
 
-from world_format.canonical import atomic_writer, file_sha256
+from world_format.canonical import atomic_writer
 from world_format.errors import ArchiveError
 
 from .rules import DEFAULT_BUDGET, O_BINARY, O_CLOEXEC, O_NOFOLLOW, ArchiveBudget, Rejected, check_name, one_line
 
 ZSTD_LEVEL = 10
 """The fixed zstd level of :func:`write_tar_zst` (changing it changes every archive's bytes)."""
+
+
+class _Hashing:
+    """A binary file that hashes what is written through it (the archive's sha256 without reading it back)."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self._out = out
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.digest.update(data)
+        self.size += len(data)
+        return self._out.write(data)
+
+    def flush(self) -> None:
+        self._out.flush()
 
 
 def _scan_source(source_dir: Path) -> list[tuple[str, bool, int]]:
@@ -57,6 +75,16 @@ def _member_info(name: str, is_dir: bool, size: int) -> tarfile.TarInfo:
     return info
 
 
+def _tar_size(root_name: str, entries: list[tuple[str, bool, int]]) -> int:
+    """The size of the tar :func:`_write_tar` writes: each member's header and its data padded to whole blocks,
+    two zero blocks, then zeros up to a whole record (as :meth:`tarfile.TarFile.close` pads)."""
+    members = [(root_name, True, 0)] + [(f"{root_name}/{rel}", is_dir, size) for rel, is_dir, size in entries]
+    total = sum(len(_member_info(name, is_dir, size).tobuf(tarfile.PAX_FORMAT, "utf-8", "strict"))
+                + -(-size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE for name, is_dir, size in members)
+    total += 2 * tarfile.BLOCKSIZE
+    return -(-total // tarfile.RECORDSIZE) * tarfile.RECORDSIZE
+
+
 def _write_tar(source_dir: Path, root_name: str, entries: list[tuple[str, bool, int]], out: BinaryIO) -> None:
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, encoding="utf-8", errors="strict") as tar:
         tar.addfile(_member_info(root_name, True, 0))
@@ -81,12 +109,15 @@ def write_tar_zst(
     root_name: str,
     *,
     budget: ArchiveBudget = DEFAULT_BUDGET,
+    before_replace: Callable[[], None] | None = None,
 ) -> tuple[str, int]:
     """Write every file and directory under ``source_dir`` to a reproducible ``archive_path``.
 
     Members live under ``root_name/``. Symlinks and special files are refused, as is anything
     ``budget`` would make :func:`extract_tar_zst` refuse, so that what is written can be read
-    back. The archive is replaced atomically. Returns ``(sha256 hex, size in bytes)`` of it.
+    back. The tar is streamed into the compressor as it is made (no temporary tar file). The
+    archive is replaced atomically, after ``before_replace()`` (which may raise to keep the old
+    one). Returns ``(sha256 hex, size in bytes)`` of it.
     """
     source_dir = Path(source_dir)
     archive_path = Path(archive_path)
@@ -130,13 +161,16 @@ def write_tar_zst(
     compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True, write_checksum=True, threads=0)
     try:
         archive_path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=archive_path.parent) as raw:
-            _write_tar(source_dir, root_name, entries, raw)
-            tar_size = raw.tell()
-            raw.seek(0)
-            with atomic_writer(archive_path) as out:
-                compressor.copy_stream(raw, out, size=tar_size)
-        digest, size = file_sha256(archive_path), archive_path.stat().st_size
+        with atomic_writer(archive_path) as out:
+            hashing = _Hashing(out)
+            sink = cast(BinaryIO, hashing)
+            with compressor.stream_writer(sink, size=_tar_size(root_name, entries), closefd=False) as writer:
+                _write_tar(source_dir, root_name, entries, cast(BinaryIO, writer))
+            if before_replace is not None:
+                before_replace()
+        digest, size = hashing.digest.hexdigest(), archive_path.stat().st_size
+        if size != hashing.size:
+            raise ArchiveError(f"archive {archive_path} changed while it was being written")
     except OSError as exc:
         raise ArchiveError(f"cannot write archive {archive_path}: {one_line(str(exc))}") from exc
     return digest, size
