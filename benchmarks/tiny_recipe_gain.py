@@ -42,7 +42,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("out/bench-recipe"))
     parser.add_argument("--world", type=Path, default=ROOT / "examples" / "retail_desk" / "world.json")
-    parser.add_argument("--eval-cases", default="2", help="held-out cases per task (the demo's kit: 2)")
+    parser.add_argument("--eval-cases", default="4", help="held-out cases per task (the demo's kit: 4)")
     args = parser.parse_args()
     out = args.out.resolve()
     started = time.monotonic()
