@@ -20,7 +20,9 @@ from trainers.targets.local_torch import LocalTorchSettings
 from trainers.targets.registry import TargetName
 from trainers.targets.runpod import RunPodTargetSettings
 
-Method = Literal["sft", "grpo"]
+Method = Literal["sft", "grpo", "rft"]
+"""``sft``: supervised on the kit's rows; ``grpo``: RL with the verifier as reward; ``rft``: rejection-sampling
+fine-tuning, SFT on the verifier-passed episodes sampled from an SFT export (:mod:`trainers.rft`)."""
 ToolFormatName = Literal["auto", "blobkit", "hermes", "qwen3", "llama3", "lfm2"]
 """``auto`` and the names of :data:`trainers.formats.FORMATS` (a test keeps the two lists equal)."""
 
@@ -55,7 +57,8 @@ class TrainConfig(BaseModel):
     blobkit's compact ChatML format for a base whose template cannot render tools, such as SmolLM2), blobkit,
     hermes (Qwen2.5), qwen3, llama3 or lfm2 (spec/tool-formats.md)."""
     method: Method = "grpo"
-    """Training method."""
+    """Training method: sft, grpo, or rft (rejection sampling: SFT on the verifier-passed episodes sampled from the
+    --init-adapter export)."""
     target: TargetName = "local-mlx"
     """Where training runs (trainers/targets/: local-torch, local-mlx or runpod)."""
     out: Path = Path("out/train")
@@ -139,14 +142,19 @@ class TrainConfig(BaseModel):
     eval_limit: int | None = Field(None, ge=1)
     """Evaluate at most this many held-out cases (default: all)."""
     init_adapter: Path | None = None
-    """An export (``OUT/export`` of an SFT run) that GRPO warm-starts from."""
+    """An export (``OUT/export`` of an SFT run) that GRPO warm-starts from, and RFT samples from and trains on."""
     group_size: int = Field(2, ge=2)
     """GRPO attempts per prompt (a group)."""
     temperature: float = Field(1.0, gt=0)
     """Sampling temperature of GRPO rollouts."""
+    rft_samples: int = Field(4, ge=1, le=64)
+    """RFT: episodes sampled per training case from the --init-adapter policy (k); the verifier-passed ones,
+    deduplicated, are the rows RFT trains on."""
+    rft_temperature: float = Field(0.7, gt=0)
+    """RFT: sampling temperature of those episodes."""
     max_model_calls: int | None = Field(None, ge=1)
     """Budget: stop training at a step boundary before it could pass this many model calls (generated turns of
-    GRPO rollouts; evaluations are not counted)."""
+    GRPO rollouts and RFT samples; evaluations are not counted)."""
     max_minutes: float | None = Field(None, gt=0)
     """Budget: stop training at a step boundary once this many minutes of training have passed."""
     confirm_spend: bool = False

@@ -1,10 +1,10 @@
 """eval.json as typed records: what :func:`trainers.run.run_training` returns and every run writes.
 
 :class:`EvalRecord` is one model's held-out evaluation (:meth:`trainers.evaluation.EvalSummary.record`);
-:class:`SFTReport` and :class:`GRPOReport` are the two reports a run writes (:data:`TrainingReport`, told apart by
-their fields; :func:`read_report` reads either). The company pipeline, the CLI, the model card and the service read
-these, never the dicts. Each serialises to exactly the JSON written before these records existed: a field named in
-``_omitted`` is absent when it does not apply (:class:`~trainers.record.Record`).
+:class:`SFTReport`, :class:`GRPOReport` and :class:`RFTReport` are the reports a run writes (:data:`TrainingReport`,
+told apart by their fields; :func:`read_report` reads any). The company pipeline, the CLI, the model card and the
+service read these, never the dicts. Each serialises to exactly the JSON written before these records existed: a
+field named in ``_omitted`` is absent when it does not apply (:class:`~trainers.record.Record`).
 """
 
 from __future__ import annotations
@@ -151,8 +151,8 @@ class RunReport(Record):
     """``--eval-limit`` (None: every held-out case)."""
 
     def evaluations(self) -> dict[str, EvalRecord]:
-        """``base``, ``sft`` and ``rl`` (those present), in that order."""
-        found = {name: getattr(self, name, None) for name in ("base", "sft", "rl")}
+        """``base``, ``sft``, ``rl`` and ``rft`` (those present), in that order."""
+        found = {name: getattr(self, name, None) for name in ("base", "sft", "rl", "rft")}
         return {name: record for name, record in found.items() if record is not None}
 
     def write(self, path: Path) -> None:
@@ -211,10 +211,68 @@ class GRPOReport(RunReport):
     """The pod it ran on (the runpod target only)."""
 
 
-TrainingReport = SFTReport | GRPOReport
-"""An eval.json: the SFT or the GRPO report (strict models, so the fields tell which)."""
+class RFTSelection(Record):
+    """Which sampled RFT episodes became training rows (:mod:`trainers.rft_select`)."""
 
-REPORT: TypeAdapter[SFTReport | GRPOReport] = TypeAdapter(TrainingReport)
+    episodes: int
+    """Episodes sampled."""
+    passed: int
+    """Episodes the verifier passed (the case's VCode and the world's procedures, as in evaluation)."""
+    verifier_errors: int
+    """Episodes the verifier could not judge (never kept)."""
+    unusable: int
+    """Passed episodes that are no training row (an unparsable turn, no final answer, an invalid call): not kept."""
+    duplicates: int
+    """Passed, usable episodes whose tools and messages equal an episode already kept (canonical JSON)."""
+    kept: int
+    """Distinct episodes kept: the rows RFT trains on (passed - unusable - duplicates)."""
+    cases_kept: int
+    """Training cases with at least one kept row."""
+
+
+class RFTSampling(RFTSelection):
+    """How RFT sampled its episodes from the SFT policy, and what it kept."""
+
+    samples_per_case: int
+    """``--rft-samples``: episodes sampled per training case (k)."""
+    temperature: float
+    """``--rft-temperature``."""
+    cases: int
+    """Training cases sampled (fewer than ``cases_planned`` when a budget stopped the sampling)."""
+    cases_planned: int
+    """Training cases RFT would sample: the kit's training cases with an SFT row (renamed replays left out)."""
+    model_calls: int
+    """Generated assistant turns of the sampled episodes."""
+    seconds: float
+    """Seconds the sampling took."""
+
+
+class RFTReport(RunReport):
+    """eval.json of an RFT run: the SFT start policy and the RFT export on the same held-out cases."""
+
+    _omitted = RunReport._omitted | {"base"}
+    base: EvalRecord | None = None
+    """The base, carried from the SFT run's eval.json next to --init-adapter (when there is one)."""
+    sft: EvalRecord
+    """The SFT start policy (the --init-adapter export)."""
+    rft: EvalRecord
+    """The exported RFT model, reloaded."""
+    rft_minus_sft: Delta
+    """RFT's gain over its SFT start on the same held-out cases, with the paired comparison."""
+    sampling: RFTSampling
+    """Episodes sampled, passed, deduplicated and kept."""
+    train_seconds: float
+    """Seconds of SFT on the kept rows."""
+    loss_history: list[tuple[int, float]]
+    """(optimizer step, training loss) as logged."""
+    eval_model_calls: int
+    """Model calls of the two evaluations (``model_calls`` counts the sampling's)."""
+
+
+TrainingReport = SFTReport | GRPOReport | RFTReport
+"""An eval.json: the SFT, GRPO or RFT report (strict models, so the fields tell which)."""
+
+REPORT: TypeAdapter[SFTReport | GRPOReport | RFTReport] = TypeAdapter(TrainingReport)
 
 
 def report_from_json(value: Any) -> TrainingReport:
@@ -224,5 +282,5 @@ def report_from_json(value: Any) -> TrainingReport:
 
 
 def read_report(path: Path) -> TrainingReport:
-    """eval.json as its report (ValidationError when it is neither an SFT nor a GRPO report)."""
+    """eval.json as its report (ValidationError when it is no SFT, GRPO or RFT report)."""
     return REPORT.validate_json(Path(path).read_bytes())

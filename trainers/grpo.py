@@ -361,7 +361,7 @@ class GRPOTrainer:
     def report(self, start: EvalSummary, end: EvalSummary, fit: FitResult) -> GRPOReport:
         """The start policy and RL on the same held-out cases, with the rollout figures."""
         config, label = self.config, self.start_label
-        previous = _previous_eval(config)
+        previous = previous_eval(config)
         carried = previous.base if previous is not None and label != "base" else None
         delta = Delta(pass_rate=round(end.pass_rate - start.pass_rate, 4), cases=len(end.results),
                       paired=paired(start, end, label, "rl"))
@@ -384,7 +384,7 @@ def _constrain(sampler: Any, decoding: str, world: Any) -> None:
     sampler.constraint = turn_constraint(decoding, sampler.tokenizer, sampler.tool_format, world)
 
 
-def _previous_eval(config: TrainConfig) -> TrainingReport | None:
+def previous_eval(config: TrainConfig) -> TrainingReport | None:
     """The SFT run's eval.json next to --init-adapter (for its base figures), if there is one it can read."""
     if config.init_adapter is None:
         return None

@@ -35,7 +35,7 @@ def _results(report: TrainingReport) -> list[str]:
     notes = []
     if report.stopped_by:
         notes.append(f"Training stopped early: `stopped_by: {report.stopped_by}`.")
-    end = evaluations.get("rl") or evaluations.get("sft")
+    end = evaluations.get("rl") or evaluations.get("rft") or evaluations.get("sft")
     if end is not None and end.partial:
         notes.append(f"Partial: {end.cases} of the kit's {end.cases_in_side} held-out cases were "
                      f"evaluated (`eval_limit` {report.eval_limit}), so the rate is no claim about the whole "
@@ -50,8 +50,10 @@ def model_card(config: TrainConfig, manifest: dict[str, Any], report: TrainingRe
     pinned = f", sha256 `{base['sha256']}`" if base.get("sha256") else ""
     rank = config.lora_rank
     shape = "every weight" if kind == "full" else f"a LoRA adapter (rank {rank}, alpha {2 * rank})"
-    steps = (f"{config.epochs:g} epochs" if config.method == "sft"
-             else f"{config.steps} steps, group {config.group_size}")
+    steps = {"sft": f"{config.epochs:g} epochs",
+             "rft": f"{config.epochs:g} epochs on the verifier-passed episodes of {config.rft_samples} sampled per "
+                    f"training case at temperature {config.rft_temperature:g}"}.get(
+        config.method, f"{config.steps} steps, group {config.group_size}")
     lines = [
         f"# {world}: {name}, {config.method.upper()} ({kind})", "",
         f"A tool-calling agent for the world `{world}`, trained by blobkit on its kit, {shape}.", "",

@@ -30,7 +30,7 @@ from .episode_limit import episode_limit
 from .errors import ConfigError
 from .formats import Choice, apply_tool_format
 from .grounding import with_grounding_repeats
-from .grpo import step_model_calls
+from .grpo import rl_cases, step_model_calls
 from .memory_estimate import MemoryEstimate
 from .plan_record import (
     ChosenFormat,
@@ -52,28 +52,34 @@ def validate_rows(loaded: LoadedWorld, rows: list[dict[str, Any]]) -> None:
     runtime = loaded.runtime()
     try:
         for index, row in enumerate(rows):
-            where = f"row {index + 1}"
-            messages = row.get("messages")
-            if not isinstance(messages, list) or len(messages) < 3:
-                raise ConfigError(f"{where}: needs messages (system, user, ..., assistant)")
-            roles = [m.get("role") for m in messages]
-            if roles[0] != "system" or roles[1] != "user" or roles[-1] != "assistant":
-                raise ConfigError(f"{where}: roles must start system, user and end with assistant, got {roles}")
-            for position, message in enumerate(messages):
-                for call in message.get("tool_calls") or []:
-                    function = call.get("function", {})
-                    compiled = runtime.tools.get(function.get("name"))
-                    if compiled is None:
-                        raise ConfigError(f"{where}: message {position} calls unknown tool {function.get('name')!r}")
-                    errors = list(compiled.validator.iter_errors(function.get("arguments")))
-                    if errors:
-                        raise ConfigError(f"{where}: message {position}: arguments for {function['name']} are "
-                                          f"invalid: {errors[0].message}")
-                if message.get("role") == "tool" and (position == 0 or not messages[position - 1].get("tool_calls")
-                                                      and messages[position - 1].get("role") != "tool"):
-                    raise ConfigError(f"{where}: message {position}: a tool message must follow a tool call")
+            problem = row_problem(runtime, row)
+            if problem is not None:
+                raise ConfigError(f"row {index + 1}: {problem}")
     finally:
         runtime.close()
+
+
+def row_problem(runtime: Any, row: dict[str, Any]) -> str | None:
+    """What makes ``row`` no training row of ``runtime``'s world (roles, order, tools, arguments), or None."""
+    messages = row.get("messages")
+    if not isinstance(messages, list) or len(messages) < 3:
+        return "needs messages (system, user, ..., assistant)"
+    roles = [m.get("role") for m in messages]
+    if roles[0] != "system" or roles[1] != "user" or roles[-1] != "assistant":
+        return f"roles must start system, user and end with assistant, got {roles}"
+    for position, message in enumerate(messages):
+        for call in message.get("tool_calls") or []:
+            function = call.get("function", {})
+            compiled = runtime.tools.get(function.get("name"))
+            if compiled is None:
+                return f"message {position} calls unknown tool {function.get('name')!r}"
+            errors = list(compiled.validator.iter_errors(function.get("arguments")))
+            if errors:
+                return f"message {position}: arguments for {function['name']} are invalid: {errors[0].message}"
+        if message.get("role") == "tool" and (position == 0 or not messages[position - 1].get("tool_calls")
+                                              and messages[position - 1].get("role") != "tool"):
+            return f"message {position}: a tool message must follow a tool call"
+    return None
 
 
 CPU_LORA_TOKENS_PER_SECOND = 241.4
@@ -200,6 +206,29 @@ def rollout_budget(config: TrainConfig) -> RolloutBudget:
                          limit=config.max_model_calls)
 
 
+def rft_case_ids(kit: Kit, rows: list[dict[str, Any]]) -> set[str]:
+    """The training cases RFT samples (:func:`trainers.rft.rft_cases`, counted here without loading it)."""
+    return {case.case_id for case in rl_cases(kit, rows)}
+
+
+def rft_budget(config: TrainConfig, cases: int) -> RolloutBudget:
+    """The most model calls RFT's sampling may make: every training case's k episodes at the turn cap."""
+    per_case = config.rft_samples * config.turn_cap
+    return RolloutBudget(max_model_calls=cases * per_case, per_step=per_case,
+                         how="per training case (a step here): rft_samples x max_turns; training cases x that in all",
+                         limit=config.max_model_calls)
+
+
+def _optimizer_steps(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], steps_per_epoch: int) -> int:
+    """SFT: batches per epoch x epochs; GRPO: its steps; RFT: the most, when every sampled episode is kept."""
+    if config.method == "sft":
+        return math.ceil(steps_per_epoch * config.epochs)
+    if config.method == "rft":
+        kept = len(rft_case_ids(kit, rows)) * config.rft_samples
+        return math.ceil(-(-kept // config.batch_size) * config.epochs)
+    return config.steps
+
+
 def plan(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], data_path: Path) -> PlanRecord:
     """Validate everything and write OUT/plan.json (:class:`~trainers.plan_record.PlanRecord`); raise on any
     problem, writing nothing (a ``max_turns`` below what a case needs is one, :mod:`trainers.episode_limit`).
@@ -224,10 +253,10 @@ def plan(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], data_path: P
             name=config.tool_format, reason="chosen when the base's tokenizer is loaded"),
         kit_sha256=kit.sha256, data=str(data_path), data_sha256=file_sha256(data_path),
         rows=len(rows), grounding_examples=extra, tokens=tokens,
-        estimated_optimizer_steps=math.ceil(steps_per_epoch * config.epochs) if config.method == "sft"
-        else config.steps,
+        estimated_optimizer_steps=_optimizer_steps(config, kit, rows, steps_per_epoch),
         vram_estimate_gb=base.vram_estimate_gb(config.method), episode_limit=limit,
-        rollout_budget=rollout_budget(config) if config.method == "grpo" else None)
+        rollout_budget=rollout_budget(config) if config.method == "grpo"
+        else rft_budget(config, len(rft_case_ids(kit, rows))) if config.method == "rft" else None)
     refusal = config.unsupported() or None
     target = target_for(config.target).plan(config, kit, base, basis, counts)
     sections = target.sections

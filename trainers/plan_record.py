@@ -118,7 +118,7 @@ class EpisodeLimit(Record):
 
 
 class RolloutBudget(Record):
-    """The most model calls GRPO's planned steps may make."""
+    """The most model calls GRPO's planned steps (or RFT's sampling) may make."""
 
     max_model_calls: int
     """steps x per_step."""
@@ -281,13 +281,13 @@ class PlanBasis(Record):
     tokens: Tokenized | NotTokenized
     """Token counts, when the tokenizer is here."""
     estimated_optimizer_steps: int
-    """SFT: batches per epoch times epochs; GRPO: its steps."""
+    """SFT: batches per epoch times epochs; GRPO: its steps; RFT: the most (every sampled episode kept)."""
     vram_estimate_gb: int | float | None
     """The catalog's VRAM figure for the method (None outside the catalog)."""
     episode_limit: EpisodeLimit
     """The turn cap and what it cuts."""
     rollout_budget: RolloutBudget | None = None
-    """GRPO only: the most model calls its steps may make."""
+    """GRPO and RFT only: the most model calls its steps (RFT: its sampling) may make."""
 
 
 class PlanSections(Record):

@@ -17,7 +17,7 @@ def plot_training(out: Path, series: list[tuple[int, float]], evals: dict[str, f
                   title: str = "training loss", ylabel: str = "loss") -> None:
     """A PNG with the per-step series (loss, or GRPO reward) and the held-out pass rates side by side.
 
-    ``evals`` maps "base", "sft" and "rl" (those present) to their held-out pass rates.
+    ``evals`` maps "base", "sft", "rl" and "rft" (those present) to their held-out pass rates.
     The PNG carries no software or time metadata, so the same figures give the same bytes.
     """
     import matplotlib
@@ -29,8 +29,8 @@ def plot_training(out: Path, series: list[tuple[int, float]], evals: dict[str, f
     if series:
         left.plot([s for s, _ in series], [v for _, v in series], marker="." if len(series) < 50 else None)
     left.set(title=title, xlabel="optimizer step" if ylabel == "loss" else "step", ylabel=ylabel)
-    names = [n for n in ("base", "sft", "rl") if n in evals]
-    right.bar(names, [evals[n] for n in names], color=["#999", "#3a7", "#37a"][: len(names)])
+    names = [n for n in ("base", "sft", "rl", "rft") if n in evals]
+    right.bar(names, [evals[n] for n in names], color=["#999", "#3a7", "#37a", "#a73"][: len(names)])
     right.set(title="held-out pass rate", ylim=(0, 1))
     figure.tight_layout()
     figure.savefig(out, dpi=100, metadata={"Software": None})

@@ -244,7 +244,7 @@ def _recorders(stop: Stop | None) -> tuple[list[Any], list[tuple[int, float]], l
     return [_LossRecorder(), _StopHook()], losses, stopped
 
 
-def _loss_log(log: Log) -> Any:
+def loss_log(log: Log) -> Any:
     """A callback that logs ``step N/M: loss X`` each time the trainer records the loss (as the mlx trainer
     prints it), so a job's progress events carry the loss per step while SFT runs."""
     from transformers import TrainerCallback
@@ -266,6 +266,18 @@ def _save(trained: Any, tokenizer: Any, out_dir: Path, lora: bool) -> None:
             raise TrainerError(f"the LoRA adapter was not written to {out_dir}")
         canonicalise_adapter_config(adapter_config)
     tokenizer.save_pretrained(out_dir)
+
+
+def _check_run(rows: list[dict[str, Any]], config: TrainConfig, max_steps: int | None) -> World:
+    """ConfigError for no rows, a ``max_steps`` below 1 or a batch that does not split over the ranks."""
+    if not rows:
+        raise ConfigError("train_sft needs at least one row")
+    if max_steps is not None and max_steps < 1:
+        raise ConfigError("max_steps must be >= 1 when given")
+    world = World.from_env()
+    if config.batch_size % world.size:
+        raise ConfigError(f"--batch-size {config.batch_size} does not split over {world.size} processes")
+    return world
 
 
 def train_sft(
@@ -294,23 +306,55 @@ def train_sft(
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.trainer_callback import ProgressCallback
-    from trl import SFTTrainer
 
-    if not rows:
-        raise ConfigError("train_sft needs at least one row")
-    if max_steps is not None and max_steps < 1:
-        raise ConfigError("max_steps must be >= 1 when given")
-    lora, model_dir, out_dir, world = not config.full, Path(model_dir), Path(out_dir), World.from_env()
-    if config.batch_size % world.size:
-        raise ConfigError(f"--batch-size {config.batch_size} does not split over {world.size} processes")
+    _check_run(rows, config, max_steps)
+    lora, model_dir = not config.full, Path(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     apply_tool_format(tokenizer, config.tool_format, where=str(model_dir))
     counts = _check_lengths(tokenizer, rows, config.max_length)
-    cuda = torch.cuda.is_available()
-    bf16 = bool(cuda and torch.cuda.is_bf16_supported())
+    bf16 = bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     model = AutoModelForCausalLM.from_pretrained(
         model_dir, use_safetensors=True, dtype=torch.bfloat16 if bf16 and lora else torch.float32)
+    return _fit(model, tokenizer, rows, counts, Path(out_dir), config, lora=lora,
+                peft_config=peft_lora_config(config.lora_rank) if lora else None, max_steps=max_steps,
+                progress=progress, log_every=log_every, callbacks=callbacks, stop=stop)
+
+
+def fit_rows(
+    model: Any,
+    tokenizer: Any,
+    rows: list[dict[str, Any]],
+    out_dir: Path,
+    config: TrainConfig,
+    *,
+    max_steps: int | None = None,
+    progress: bool = True,
+    log_every: int = 10,
+    callbacks: Sequence[Any] = (),
+    stop: Stop | None = None,
+) -> SFTResult:
+    """:func:`train_sft`'s training on a model already loaded: a PEFT model goes on training its adapter (RFT from an
+    SFT export's adapter), a plain model trains every weight. ``tokenizer`` carries the tool format the rows are
+    rendered in; the recipe and the keyword arguments are :func:`train_sft`'s, and so are the checks and the save."""
+    from peft import PeftModel
+
+    _check_run(rows, config, max_steps)
+    counts = _check_lengths(tokenizer, rows, config.max_length)
+    return _fit(model, tokenizer, rows, counts, Path(out_dir), config, lora=isinstance(model, PeftModel),
+                peft_config=None, max_steps=max_steps, progress=progress, log_every=log_every, callbacks=callbacks,
+                stop=stop)
+
+
+def _fit(model: Any, tokenizer: Any, rows: list[dict[str, Any]], counts: list[int], out_dir: Path,
+         config: TrainConfig, *, lora: bool, peft_config: Any, max_steps: int | None, progress: bool, log_every: int,
+         callbacks: Sequence[Any], stop: Stop | None) -> SFTResult:
+    """TRL's SFTTrainer on checked rows (``counts``: their tokens); the result saved to ``out_dir`` by rank 0."""
+    import torch
+    from transformers.trainer_callback import ProgressCallback
+    from trl import SFTTrainer
+
+    world, cuda = World.from_env(), torch.cuda.is_available()
+    bf16 = bool(cuda and torch.cuda.is_bf16_supported())
     recorders, losses, stopped = _recorders(stop)
     with tempfile.TemporaryDirectory(prefix="blobkit-sft-") as scratch:
         args = _sft_arguments(config, scratch, max_steps=max_steps, progress=progress, log_every=log_every,
@@ -326,8 +370,7 @@ def train_sft(
             trainer_class = (_assistant_token_loss(SFTTrainer, config.shared_prefix) if config.shared_prefix or not cuda
                              else SFTTrainer)
         trainer = trainer_class(model=model, args=args, train_dataset=rows_to_dataset(rows), processing_class=tokenizer,
-                                peft_config=peft_lora_config(config.lora_rank) if lora else None,
-                                callbacks=[*recorders, *callbacks])
+                                peft_config=peft_config, callbacks=[*recorders, *callbacks])
         if progress:
             trainer.remove_callback(ProgressCallback)
             trainer.add_callback(_loss_in_progress_bar(ProgressCallback))
@@ -368,7 +411,7 @@ class TorchSFTTrainer:
             f"{len(self.rows)} examples")
         checkpoint = config.out / "checkpoint"
         result = train_sft(Path(self.base["name_or_path"]), self.rows, checkpoint, config, stop=budget.step_stop,
-                           callbacks=[_loss_log(log)])
+                           callbacks=[loss_log(log)])
         if World.from_env().is_main:
             atomic_write_json(checkpoint / "train_config.json", config.as_json())
         return FitResult(checkpoint, result.kind, self.base, result.optimizer_steps, result.train_seconds,

@@ -19,7 +19,8 @@ from pydantic import ValidationError
 
 from blobkit.errors import ConfigError, TargetUnavailableError
 from trainers.config import PRESETS, TrainConfig, read_json_object
-from trainers.eval_record import SFTReport, TrainingReport
+from trainers.eval_record import RFTReport, SFTReport, TrainingReport
+from trainers.paired import PairedComparison
 from trainers.plan_record import CpuCost, PlanRecord, Tokenized
 from trainers.tiny_model import TinyModelConfig
 
@@ -94,13 +95,22 @@ def _summary_line(result: TrainingReport, out: Path) -> str:
     evaluations = result.evaluations()
     rates = " -> ".join(f"{name} {record.text()}" for name, record in evaluations.items())
     stopped = f"; stopped by {result.stopped_by}" if result.stopped_by else ""
-    compared = ([result.sft_vs_base] if isinstance(result, SFTReport) else
-                [delta.paired for delta in (result.rl_minus_base, result.rl_minus_sft) if delta is not None])
+    compared: list[PairedComparison | None]
+    if isinstance(result, SFTReport):
+        compared = [result.sft_vs_base]
+    elif isinstance(result, RFTReport):
+        compared = [result.rft_minus_sft.paired]
+    else:
+        compared = [delta.paired for delta in (result.rl_minus_base, result.rl_minus_sft) if delta is not None]
     rates += "".join(f"; {record.text()}" for record in compared if record)
     rates += "".join(f"; {name} {record.pass_hat_k.text()}" for name, record in evaluations.items()
-                     if name in ("sft", "rl") and record.pass_hat_k is not None)
+                     if name in ("sft", "rl", "rft") and record.pass_hat_k is not None)
     rates += "".join(f"; {name} {record.failures.text()}" for name, record in evaluations.items()
-                     if name in ("sft", "rl") and record.failures is not None)
+                     if name in ("sft", "rl", "rft") and record.failures is not None)
+    if isinstance(result, RFTReport):
+        sampling = result.sampling
+        rates += (f"; RFT trained on {sampling.kept} distinct episodes ({sampling.passed} of {sampling.episodes} "
+                  f"sampled passed, {sampling.duplicates} duplicates, {sampling.unusable} unusable)")
     return (f"held-out pass rates {rates}; {result.optimizer_updates} optimizer updates{stopped}; "
             f"export in {out / 'export'}")
 
@@ -159,7 +169,7 @@ def train(config_file: Path | None = typer.Option(None, "--config", help="A JSON
           verbose: bool = typer.Option(False, "--verbose", help="Show the Hugging Face libraries' progress bars and "
                                        "warnings (by default the warnings go to OUT/train.log)."),
           **options: Any) -> None:
-    """Train a model on a kit (SFT or GRPO; local-torch, local-mlx or runpod), evaluate on held-out cases, export.
+    """Train a model on a kit (SFT, GRPO or RFT; local-torch, local-mlx or runpod), evaluate on held-out cases, export.
 
     Example: blobkit train --world KIT --base out/tiny --method sft --target local-torch --preset tiny --out out/run
 

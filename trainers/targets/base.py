@@ -85,6 +85,10 @@ class LocalTarget(Target):
             from trainers.grpo import GRPOTrainer
 
             return GRPOTrainer(config, kit, rows, plan_record)
+        if config.method == "rft":  # local-torch only: the other targets refuse it
+            from trainers.rft import RFTTrainer
+
+            return RFTTrainer(config, kit, rows, plan_record)
         return self.sft_trainer(config, kit, rows, plan_record)
 
     def run(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: PlanRecord,

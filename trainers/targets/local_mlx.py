@@ -31,6 +31,8 @@ class LocalMLX(LocalTarget):
 
     def refusal(self, config: TrainConfig) -> str | None:
         """LoRA only, SFT without packing or a shared prefix, GRPO sampling without constrained decoding."""
+        if config.method == "rft":
+            return "--method rft samples and trains with torch: use --target local-torch"
         if config.method == "sft" and (config.full or config.packing):
             return ("local-mlx trains LoRA adapters without packing; drop --full/--packing or use "
                     "--target local-torch")

@@ -73,6 +73,8 @@ class LocalTorch(LocalTarget):
         if config.local_torch.generator == "vllm" and (config.method != "grpo" or config.local_torch.launched):
             return ("--generator vllm writes GRPO rollouts in one process: use it with --method grpo and without "
                     "--processes / --launcher accelerate")
+        if config.method == "rft" and config.local_torch.launched:
+            return ("--method rft samples and trains in one process: drop --processes / --launcher accelerate")
         if config.shared_prefix and config.local_torch.launched:
             return ("--shared-prefix runs its own loss in one process; over --processes the forward goes through "
                     "DDP: drop one of them")

@@ -46,6 +46,9 @@ def unsupported(config: TrainConfig) -> str | None:
     if config.shared_prefix and config.gradient_checkpointing and config.method == "sft":
         return ("--shared-prefix keeps the prefix's KV cache for the batch's rows, which gradient checkpointing "
                 "would drop; use one of them (plan.json's memory says what each needs)")
+    if config.method == "rft" and config.init_adapter is None:
+        return ("--method rft samples episodes from an SFT policy and trains on the passed ones: pass that SFT run's "
+                "export with --init-adapter (train one first with --method sft)")
     if config.merge and config.full:
         return "--merge merges a LoRA adapter into its base; a --full run already exports the whole model"
     return None
