@@ -608,3 +608,20 @@ def test_extract_rejects_data_after_the_end_of_archive_marker(tmp_path: Path, de
 
 def test_extract_rejects_a_tar_with_no_members(tmp_path: Path, dest: Path) -> None:
     assert_rejected(tmp_path, dest, zst(tar_bytes([])), "no members")
+
+
+def test_an_archives_bytes_do_not_depend_on_the_pieces_the_tar_is_fed_to_zstd_in(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from world_format.archive import write as archive_write
+
+    source = tmp_path / "kit"
+    (source / "world").mkdir(parents=True)
+    rng = random.Random(10)
+    words = [bytes(rng.choice(b"abcdefgh") for _ in range(rng.randint(2, 9))) for _ in range(500)]
+    (source / "world" / "seed.sqlite").write_bytes(b" ".join(rng.choice(words) for _ in range(700_000)))
+    (source / "a.jsonl").write_bytes(b"{}\n" * 5000)
+    digests = set()
+    for chunk in (archive_write.CHUNK_BYTES, tarfile.RECORDSIZE, 3 * tarfile.BLOCKSIZE):
+        monkeypatch.setattr(archive_write, "CHUNK_BYTES", chunk)
+        digests.add(write_tar_zst(source, tmp_path / f"out-{chunk}.tar.zst", "kit")[0])
+    assert len(digests) == 1

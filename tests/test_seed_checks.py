@@ -3,8 +3,10 @@ written, and the same digests."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import random
 import sqlite3
 from pathlib import Path
 
@@ -15,7 +17,9 @@ from worlds import small_world
 from blobkit.builder import BuildConfig, build_kit
 from blobkit.errors import WorldFormatError
 from world_format.loader import load_world
+from world_format.models import State
 from world_format.pack import write_package
+from world_format.state import check_foreign_keys, create_index_sql, create_table_sql, foreign_key_checks
 
 SMALL = BuildConfig(train_cases_per_task=4, eval_cases_per_task=2)
 
@@ -74,3 +78,83 @@ def test_a_package_builds_the_kit_its_single_file_form_builds(tmp_path: Path) ->
     other = build_kit(package, tmp_path / "other", SMALL)["kit"]
     assert one["sha256"] == other["sha256"]
     assert hashlib.sha256(Path(other["archive"]).read_bytes()).hexdigest() == other["sha256"]
+
+
+FK_STATE = {
+    "tables": [
+        {"name": "customers", "columns": [
+            {"name": "id", "type": "INTEGER", "primary_key": True},
+            {"name": "email", "type": "TEXT", "unique": True},
+            {"name": "referrer", "type": "INTEGER", "references": "customers.id"}]},
+        {"name": "orders", "columns": [
+            {"name": "id", "type": "INTEGER", "primary_key": True},
+            {"name": "customer_id", "type": "INTEGER", "references": "customers.id"},
+            {"name": "email", "type": "TEXT", "references": "customers.email"}]},
+        {"name": "notes", "columns": [  # a reference between columns of different types: left to the pragma
+            {"name": "id", "type": "INTEGER", "primary_key": True},
+            {"name": "customer_ref", "type": "TEXT", "references": "customers.id"},
+            {"name": "order_ref", "type": "REAL", "references": "orders.id"}]}],
+    "anchors": [{"table": "customers", "label": "customer"}],
+    "indexes": [{"name": "idx_orders_customer_id", "table": "orders", "columns": ["customer_id"]}],
+    "seed": "seed.sqlite",
+}
+
+
+def _random_rows(rng: random.Random) -> dict[str, list[tuple[object, ...]]]:
+    """A few rows per table whose references mostly hold (some NULL, some dangling, some of another type)."""
+    def ref(ids: list[int], texts: list[str] | None = None) -> object:
+        roll = rng.random()
+        if roll < 0.15:
+            return None
+        if roll < 0.25:
+            return rng.choice([99, 0, -1])
+        if texts is not None and roll < 0.35:
+            return rng.choice(texts)
+        return rng.choice(ids)
+    ids = list(range(1, rng.randint(2, 6)))
+    emails = [f"c{i}@x.org" for i in ids]
+    customers = [(i, emails[i - 1] if rng.random() < 0.9 else None, ref(ids) if rng.random() < 0.5 else None)
+                 for i in ids]
+    orders = [(10 + n, ref(ids), rng.choice([*emails, "nobody@x.org", None])) for n in range(rng.randint(0, 4))]
+    order_ids = [row[0] for row in orders] or [10]
+    notes = [(n, rng.choice([None, "1", "2", "01", "x", " 1"]), ref(order_ids, ["10", "10.0", "10.5"]))
+             for n in range(rng.randint(0, 3))]
+    return {"customers": customers, "orders": orders, "notes": notes}
+
+
+def test_the_foreign_key_anti_joins_give_the_pragmas_verdict_on_random_seeds() -> None:
+    state = State.model_validate(FK_STATE)
+    rng = random.Random(28)
+    verdicts = set()
+    for _ in range(400):
+        conn = sqlite3.connect(":memory:")
+        for table in state.tables:
+            conn.execute(create_table_sql(table))
+        for index in state.indexes:
+            conn.execute(create_index_sql(index))
+        for name, rows in _random_rows(rng).items():
+            for row in rows:
+                with contextlib.suppress(sqlite3.IntegrityError):  # STRICT refuses a value of another type
+                    conn.execute(f"INSERT INTO {name} VALUES (?, ?, ?)", row)
+        expected = conn.execute("PRAGMA foreign_key_check").fetchone() is not None
+        found = any(conn.execute(sql).fetchone() for sql in foreign_key_checks(state))
+        assert found == expected
+        verdicts.add(found)
+        conn.close()
+    assert verdicts == {True, False}
+    assert sum(sql.startswith("PRAGMA") for sql in foreign_key_checks(state)) == 1  # notes only
+
+
+def test_a_dangling_reference_in_each_table_is_refused(tmp_path: Path) -> None:
+    state = State.model_validate(FK_STATE)
+    for statement in ("INSERT INTO customers VALUES (1, 'a@x.org', 7)", "INSERT INTO orders VALUES (1, 7, NULL)",
+                      "INSERT INTO orders VALUES (1, NULL, 'b@x.org')", "INSERT INTO notes VALUES (1, '7', NULL)"):
+        conn = sqlite3.connect(":memory:")
+        for table in state.tables:
+            conn.execute(create_table_sql(table))
+        conn.execute(statement)
+        with pytest.raises(WorldFormatError, match="violates a declared foreign key"):
+            check_foreign_keys(conn, state, "here")
+        conn.execute(f"DELETE FROM {statement.split()[2]}")
+        check_foreign_keys(conn, state, "here")
+        conn.close()

@@ -44,7 +44,8 @@ class SeedChecks:
                 failed["text"] = exc
             finally:
                 self._digested.set()
-            for name, check in (("foreign keys", lambda: check_foreign_keys(self._conn, self._source)),
+            for name, check in (("foreign keys",
+                                 lambda: check_foreign_keys(self._conn, self._state, self._source)),
                                 ("json", lambda: check_json_columns(self._conn, self._state, self._source))):
                 try:
                     check()

@@ -281,9 +281,45 @@ def check_seed(conn: sqlite3.Connection, state: State, source: str,
         check_seed_rows(conn, state, source, check_text)
 
 
-def check_foreign_keys(conn: sqlite3.Connection, source: str) -> None:
-    """Every reference of the seed names an existing row (``PRAGMA foreign_key_check``)."""
-    if conn.execute("PRAGMA foreign_key_check").fetchone():
+def _dangling_sql(child: str, column: str, parent: str, parent_column: str) -> str:
+    """A query that returns a row when some non-NULL ``child.column`` names no ``parent.parent_column``."""
+    c, p = quote_identifier(column), quote_identifier(parent_column)
+    return (f"SELECT 1 FROM {quote_identifier(child)} AS child WHERE child.{c} IS NOT NULL AND NOT EXISTS "
+            f"(SELECT 1 FROM {quote_identifier(parent)} AS parent WHERE parent.{p} = child.{c}) LIMIT 1")
+
+
+def foreign_key_checks(state: State) -> list[str]:
+    """Statements that return a row when a declared reference of the seed names no row: one anti-join per
+    reference, else ``PRAGMA foreign_key_check(table)``.
+
+    The pragma reads every row of a child table; the anti-join gives its verdict by scanning the child column's
+    index (covering: the values alone) where the world declares one, stopping at the first dangling value (less
+    than half the pragma's time on a million-row seed). Same verdict: a declared reference is one column naming its
+    parent's primary key or a unique column, in STRICT tables whose schema is the declaration's own (checked before
+    rows are read), BINARY collation, so a parent matches when its value equals the child's. A table with a
+    reference between columns of different declared types is left to the pragma: there ``=`` would convert
+    types otherwise than the foreign-key lookup does.
+    """
+    found: list[str] = []
+    for table in state.tables:
+        mixed = False
+        for column in (c for c in table.columns if c.references):
+            parent_name, _, parent_column = (column.references or "").partition(".")
+            parent = state.table(parent_name)
+            target = None if parent is None else next((c for c in parent.columns if c.name == parent_column), None)
+            if target is None or target.type != column.type:
+                mixed = True
+            else:
+                found.append(_dangling_sql(table.name, column.name, parent_name, parent_column))
+        if mixed:
+            found.append(f"PRAGMA foreign_key_check({quote_identifier(table.name)})")
+    return found
+
+
+def check_foreign_keys(conn: sqlite3.Connection, state: State, source: str) -> None:
+    """Every reference of the seed names an existing row (:func:`foreign_key_checks`; ``PRAGMA foreign_key_check``'s
+    verdict)."""
+    if any(conn.execute(sql).fetchone() for sql in foreign_key_checks(state)):
         raise WorldFormatError(f"{source}: seed.sqlite violates a declared foreign key")
 
 
@@ -294,7 +330,7 @@ def check_seed_rows(conn: sqlite3.Connection, state: State, source: str,
     ``check_text`` replaces :func:`check_seed_text` with a pass that also checks every text value (the loader's
     seed digest, :func:`world_format.runtime.text_checked_digests`: one pass instead of two).
     """
-    check_foreign_keys(conn, source)
+    check_foreign_keys(conn, state, source)
     if check_text is None:
         check_seed_text(conn, state, source)
     else:

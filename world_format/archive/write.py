@@ -85,8 +85,15 @@ def _tar_size(root_name: str, entries: list[tuple[str, bool, int]]) -> int:
     return -(-total // tarfile.RECORDSIZE) * tarfile.RECORDSIZE
 
 
+CHUNK_BYTES = 1 << 20
+"""How much of the tar goes to the compressor per write: tarfile's own 10 KiB records cost about 10 % more zstd time
+on a 371 MB kit than 1 MiB pieces, which give the same bytes (zstd's stream does not depend on how it is fed)."""
+
+
 def _write_tar(source_dir: Path, root_name: str, entries: list[tuple[str, bool, int]], out: BinaryIO) -> None:
-    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, encoding="utf-8", errors="strict") as tar:
+    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, encoding="utf-8", errors="strict",
+                      bufsize=CHUNK_BYTES) as tar:
+        tar.copybufsize = CHUNK_BYTES  # type: ignore[attr-defined]  # in tarfile since 3.8; typeshed lacks it
         tar.addfile(_member_info(root_name, True, 0))
         for rel, is_dir, size in entries:
             name = f"{root_name}/{rel}"
