@@ -25,17 +25,19 @@ OUT = Path(__file__).with_name("world.json")
 
 FIRST = ["Amelia", "Bastien", "Carmen", "Desmond", "Elif", "Florian", "Gwen", "Hector", "Ilse", "Jamal", "Katya",
          "Lorenzo", "Mirela", "Nico", "Orla", "Paulo", "Rhea", "Stellan", "Tomasz", "Ursula", "Vikram", "Wanda",
-         "Yannick", "Zuri", "Anika", "Boris", "Cleo", "Dario", "Eamon", "Fiona"]
+         "Yannick", "Zuri", "Anika", "Boris", "Cleo", "Dario", "Eamon", "Fiona", "Greta", "Hamid", "Isla", "Joaquin",
+         "Keiko", "Leon", "Marisol", "Nadia", "Oskar", "Priya"]
 LAST = ["Achterberg", "Brandt", "Cardoso", "Dlamini", "Eklund", "Fairweather", "Grimaldi", "Halvorsen", "Ishikawa",
         "Janssen", "Kovac", "Lachance", "Moreno", "Nyberg", "Oduya", "Pellegrini", "Quispe", "Rasmussen", "Sandoval",
-        "Tanner", "Uribe", "Vance", "Whitfield", "Yoshida", "Zamora"]
+        "Tanner", "Uribe", "Vance", "Whitfield", "Yoshida", "Zamora", "Abernathy", "Bergstrom", "Castellano",
+        "Dubois", "Esposito", "Friedman", "Gunawardena"]
 MAIL_DOMAINS = ["gmail.com", "outlook.com", "icloud.com", "proton.me"]
 AIRPORTS = ["SFO", "LAX", "SEA", "DEN", "ORD", "JFK", "BOS", "AUS", "ATL", "MIA", "PHX", "PDX"]
 MEALS = ["vegetarian", "vegan", "kosher", "halal", "standard"]  # minting draws the first
 CABINS = {"economy": Decimal("1.00"), "premium": Decimal("1.60"), "business": Decimal("2.80")}
 HANDOFF_REASONS = ["compensation", "rebooking", "fare_refund", "other"]
 LOCATOR = "ABCDEFGHJKLMNPQRSTUVWXYZ"  # record locators are letters only (no digits a number check could misread)
-CUSTOMERS, FLIGHT_NUMBERS, BOOKINGS = 150, 60, 320
+CUSTOMERS, FLIGHT_NUMBERS, BOOKINGS = 640, 80, 1300
 
 
 def col(name, type_, *, pk=False, not_null=False, unique=False, references=None, decimals=None, default=None,
