@@ -137,6 +137,27 @@ def example_kits(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
+def airline_first_kit(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The airline example at the size it had first (``FIRST_SIZE`` in examples/airline_desk/generate.py: 150
+    customers, before issue 29 grew it), built with the default settings: the world the handed evidence's airline
+    trajectories were recorded on, so their case ids and calls are this kit's."""
+    import importlib.util
+
+    from blobkit.builder import BuildConfig, build_kit
+
+    path = ROOT / "examples" / "airline_desk" / "generate.py"
+    spec = importlib.util.spec_from_file_location("airline_generate", path)
+    assert spec is not None and spec.loader is not None
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    root = tmp_path_factory.mktemp("airline-first")
+    world = root / "world.json"
+    document = generator.world_document(*generator.FIRST_SIZE)  # written as the generator writes world.json
+    world.write_text(json.dumps(document, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    return Path(build_kit(world, root / "kit", BuildConfig())["kit"]["path"])
+
+
+@pytest.fixture(scope="session")
 def example_rows(example_kits: dict[str, Path]) -> dict[str, list[dict[str, Any]]]:
     """The SFT rows of every example kit, by example name."""
     from world_format.kit import open_kit

@@ -340,14 +340,14 @@ def test_a_world_too_small_to_hold_out_enough_entities_is_refused_with_the_rows_
 
 
 def test_a_world_whose_tasks_hold_out_too_few_entities_is_told_to_hold_out_more_cases_per_task() -> None:
-    fewer = CompanyConfig.for_base("Qwen/Qwen2.5-0.5B-Instruct", build={"eval_cases_per_task": 2})
+    fewer = CompanyConfig.for_base("Qwen/Qwen2.5-0.5B-Instruct", build={"eval_cases_per_task": 1})
     report = inspect_source(ROOT / "examples" / "it_helpdesk" / "world.json", fewer)
     entities = report["admission"]["independent_entities"]
-    assert not report["trainable"] and (entities["eval"], entities["eval_needed"]) == (12, 8)
-    assert entities["eval_available"] == 34 and entities["rows_needed"] == 0
-    assert report["reasons"][-1].endswith("the split's held-out side holds 34 entities of the anchor tables, but the "
-                                          "tasks hold out cases of only 12 of them: hold out more cases per task "
-                                          "(--eval-cases, now 2)")
+    assert not report["trainable"] and (entities["eval"], entities["eval_needed"]) == (11, 9)
+    assert entities["eval_available"] == 130 and entities["rows_needed"] == 0
+    assert report["reasons"][-1].endswith("the split's held-out side holds 130 entities of the anchor tables, but the "
+                                          "tasks hold out cases of only 11 of them: hold out more cases per task "
+                                          "(--eval-cases, now 1)")
 
 
 def test_mcp_tool_schemas_alone_are_reported_insufficient(mcp_source: Path) -> None:

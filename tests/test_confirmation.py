@@ -95,15 +95,15 @@ def _remapped(kit: Path, handed: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("name", ["empty.jsonl", "no_question.jsonl", "misleading.jsonl"])
-def test_the_handed_unasked_confirmations_pass_nothing(example_kits: dict[str, Path], name: str,
-                                                      tmp_path: Path) -> None:
+def test_the_handed_unasked_confirmations_pass_nothing(airline_first_kit: Path, name: str, tmp_path: Path) -> None:
     folder = handed_evidence("04-confirmation-never-asked")
     if folder is None:
         pytest.skip("the handed evidence is not on this machine")
     handed = [json.loads(line) for line in (folder / name).read_text(encoding="utf-8").splitlines()]
-    lines = _remapped(example_kits[AIRLINE], handed)
+    # the evidence was recorded on the airline world at its first size (its bookings and emails are that world's)
+    lines = _remapped(airline_first_kit, handed)
     assert len(lines) >= len(handed) // 2  # minting changed the family's ids: the lines are matched by their calls
-    scored = score_trajectories(example_kits[AIRLINE], lines, tmp_path / name)
+    scored = score_trajectories(airline_first_kit, lines, tmp_path / name)
     assert scored["exit_code"] == 1 and scored["summary"]["passed"] == 0, scored["summary"]
 
 

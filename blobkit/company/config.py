@@ -34,8 +34,9 @@ COMPANY_BUILD: dict[str, Any] = {"eval_cases_per_task": 6}
 :data:`~blobkit.company.held_out.MIN_HELD_OUT_ENTITIES` (20) independent entities ``company inspect`` asks for.
 Minting gives each task's held-out cases entities no earlier task holds out, so entities grow almost as fast as
 cases. Measured with ``company inspect --eval-cases N`` (held-out cases / independent entities at N = 1, 4, 6):
-retail_desk 11/11, 44/43, 66/63; it_helpdesk 6/6, 24/23, 36/33; airline_desk 12/11, 42/34, 62/38 (62/32 at N = 6
-since its hand-off rule). Every held-out case is evaluated (``eval_limit`` below)."""
+retail_desk 11/11, 44/43, 66/63; it_helpdesk 11/11, 44/44, 66/61; airline_desk 11/11, 44/41, 66/58 (the IT and
+airline worlds grown to 640 employees / customers for issue 29; at N = 20 they hold out 210/121 and 209/126). Every
+held-out case is evaluated (``eval_limit`` below)."""
 
 TINY_BUILD: dict[str, Any] = {"train_cases_per_task": DEMO_TRAIN_CASES}
 """``--base-model tiny``: as many training cases per task as the demo's kit (a model trained from scratch needs many

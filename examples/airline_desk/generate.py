@@ -35,7 +35,11 @@ MEALS = ["vegetarian", "vegan", "kosher", "halal", "standard"]  # minting draws 
 CABINS = {"economy": Decimal("1.00"), "premium": Decimal("1.60"), "business": Decimal("2.80")}
 HANDOFF_REASONS = ["compensation", "rebooking", "fare_refund", "other"]
 LOCATOR = "ABCDEFGHJKLMNPQRSTUVWXYZ"  # record locators are letters only (no digits a number check could misread)
-CUSTOMERS, FLIGHT_NUMBERS, BOOKINGS = 150, 60, 320
+CUSTOMERS, FLIGHT_NUMBERS, BOOKINGS = 640, 80, 1300
+"""The world's size: enough customers that ``--eval-cases 20`` holds out over 100 of them (issue 29)."""
+FIRST_SIZE = (150, 60, 320)
+"""The size the world had first (customers, flight numbers, bookings): ``world_document(*FIRST_SIZE)`` is that
+world byte for byte, the one the handed evidence's trajectories were recorded on."""
 
 
 def col(name, type_, *, pk=False, not_null=False, unique=False, references=None, decimals=None, default=None,
@@ -83,8 +87,9 @@ TABLES = [
 INDEXES = [{"name": "legs_by_flight", "table": "booking_legs", "columns": ["flight_no", "flight_date"]}]
 
 
-def build_rows(rng: random.Random) -> dict[str, list[list]]:
-    names = rng.sample([(f, s) for f in FIRST for s in LAST], CUSTOMERS)
+def build_rows(rng: random.Random, customer_count: int = CUSTOMERS, flight_numbers: int = FLIGHT_NUMBERS,
+               booking_count: int = BOOKINGS) -> dict[str, list[list]]:
+    names = rng.sample([(f, s) for f in FIRST for s in LAST], customer_count)
     customers = []
     for index, (first, last) in enumerate(names):
         email = f"{first}.{last}@{rng.choice(MAIL_DOMAINS)}".lower()
@@ -92,7 +97,7 @@ def build_rows(rng: random.Random) -> dict[str, list[list]]:
                           rng.choices(["member", "silver", "gold"], [70, 20, 10])[0]])
 
     flights = []
-    for number in range(FLIGHT_NUMBERS):
+    for number in range(flight_numbers):
         origin, destination = rng.sample(AIRPORTS, 2)
         departs = f"{rng.randint(6, 21):02d}:{rng.choice(['00', '15', '30', '45'])}"
         fare = Decimal(rng.randint(8900, 42900)) / 100
@@ -105,7 +110,7 @@ def build_rows(rng: random.Random) -> dict[str, list[list]]:
     by_date = sorted(flights, key=lambda f: (f[1], f[0]))
     bookings, legs, seat_rows = [], [], "ABCDEF"
     used: set[str] = set()
-    for _ in range(BOOKINGS):
+    for _ in range(booking_count):
         locator = "".join(rng.choice(LOCATOR) for _ in range(6))
         while locator in used:
             locator = "".join(rng.choice(LOCATOR) for _ in range(6))
@@ -467,9 +472,10 @@ def build_tasks():
     ]
 
 
-def world_document() -> dict:
-    """The whole world document."""
-    rows = build_rows(random.Random(SEED))
+def world_document(customer_count: int = CUSTOMERS, flight_numbers: int = FLIGHT_NUMBERS,
+                   booking_count: int = BOOKINGS) -> dict:
+    """The whole world document (``main`` writes it at the default size; :data:`FIRST_SIZE` is the first one)."""
+    rows = build_rows(random.Random(SEED), customer_count, flight_numbers, booking_count)
     return {
         "format_version": "1",
         "identity": {

@@ -18,21 +18,25 @@ MAIL = "meridian-analytics.com"
 
 FIRST = ["Adaeze", "Bjorn", "Chloe", "Dmitri", "Esther", "Felix", "Grace", "Hugo", "Ines", "Jonah", "Kavya", "Liam",
          "Maya", "Nikolai", "Olivia", "Pedro", "Rania", "Samuel", "Thea", "Umar", "Vera", "William", "Ximena",
-         "Yusuf", "Zara", "Arjun", "Beatriz", "Connor", "Dalia", "Emeka"]
+         "Yusuf", "Zara", "Arjun", "Beatriz", "Connor", "Dalia", "Emeka", "Farah", "Gustavo", "Hana", "Ivan", "Jasmine",
+         "Kofi", "Lucia", "Mateo", "Noor", "Oscar"]
 LAST = ["Abbott", "Banerjee", "Carvalho", "Delaney", "Espinoza", "Fontaine", "Gallagher", "Horvath", "Iyer",
         "Jovanovic", "Keller", "Larsen", "Mensah", "Nguyen", "O'Brien", "Petrov", "Reyes", "Svensson", "Thornton",
-        "Vasquez", "Weber", "Yamamoto", "Ziegler", "Adeyemi", "Brooks", "Chen", "Dvorak", "Ekström", "Fujita", "Holm"]
+        "Vasquez", "Weber", "Yamamoto", "Ziegler", "Adeyemi", "Brooks", "Chen", "Dvorak", "Ekström", "Fujita", "Holm",
+        "Ibarra", "Jensen", "Kowalski", "Lindqvist", "Moreau", "Novak", "Okafor", "Park", "Quinn", "Rossi"]
 DEPARTMENTS = {  # department: (head count, titles; the first title is the head's)
-    "Engineering": (44, ["VP of Engineering", "Software Engineer", "Senior Software Engineer", "Data Engineer",
-                         "Site Reliability Engineer"]),
-    "Data Science": (22, ["Head of Data Science", "Data Scientist", "Machine Learning Engineer"]),
-    "Sales": (26, ["VP of Sales", "Account Executive", "Sales Development Rep", "Solutions Consultant"]),
-    "Finance": (16, ["Controller", "Financial Analyst", "Accountant", "Payroll Specialist"]),
-    "Marketing": (16, ["Head of Marketing", "Content Strategist", "Product Marketing Manager"]),
-    "People": (12, ["Head of People", "HR Business Partner", "Recruiter"]),
-    "Operations": (14, ["COO", "Operations Analyst", "Office Manager", "Procurement Specialist"]),
-    "Legal": (10, ["General Counsel", "Corporate Counsel", "Paralegal"]),
+    "Engineering": (176, ["VP of Engineering", "Software Engineer", "Senior Software Engineer", "Data Engineer",
+                          "Site Reliability Engineer"]),
+    "Data Science": (88, ["Head of Data Science", "Data Scientist", "Machine Learning Engineer"]),
+    "Sales": (104, ["VP of Sales", "Account Executive", "Sales Development Rep", "Solutions Consultant"]),
+    "Finance": (64, ["Controller", "Financial Analyst", "Accountant", "Payroll Specialist"]),
+    "Marketing": (64, ["Head of Marketing", "Content Strategist", "Product Marketing Manager"]),
+    "People": (48, ["Head of People", "HR Business Partner", "Recruiter"]),
+    "Operations": (56, ["COO", "Operations Analyst", "Office Manager", "Procurement Specialist"]),
+    "Legal": (40, ["General Counsel", "Corporate Counsel", "Paralegal"]),
 }
+HEAD_COUNT = sum(count for count, _ in DEPARTMENTS.values())
+TICKETS, SPARE_DEVICES = 1300, 72
 MODELS = {  # kind: (tag code, models, warranty years)
     "laptop": ("LT", ["Dell Latitude 7440", "Lenovo ThinkPad X1 Carbon Gen 11", "Apple MacBook Pro 14 M3",
                       "HP EliteBook 840 G10"], 3),
@@ -92,7 +96,7 @@ def day(rng: random.Random, start: date, end: date) -> date:
 
 
 def build_rows(rng: random.Random) -> dict[str, list[list]]:
-    names = rng.sample([(f, s) for f in FIRST for s in LAST], sum(n for n, _ in DEPARTMENTS.values()))
+    names = rng.sample([(f, s) for f in FIRST for s in LAST], HEAD_COUNT)
     employees = []
     for department, (count, titles) in DEPARTMENTS.items():
         head = None
@@ -126,14 +130,14 @@ def build_rows(rng: random.Random) -> dict[str, list[list]]:
             add_device("phone", employee[0], "in_use")
         if rng.random() < 0.25:
             add_device("monitor", employee[0], "in_use")
-    for _ in range(18):
+    for _ in range(SPARE_DEVICES):
         kind = rng.choice(["laptop", "laptop", "phone", "monitor"])
         add_device(kind, None, rng.choice(["spare", "spare", "retired"]))
 
     laptops = {d[5]: d[0] for d in devices if d[2] == "laptop" and d[5]}
     staff = [e for e in employees if e[6] != "disabled"]
     tickets = []
-    for index in range(320):
+    for index in range(TICKETS):
         employee = rng.choice(staff)
         category = rng.choices(list(SUBJECTS), [25, 25, 20, 15, 15])[0]
         opened = day(rng, TODAY - timedelta(days=60), TODAY)
@@ -300,113 +304,153 @@ POLICIES = [
 ]
 
 
-def build_tasks(rows):
-    employees = {e[0]: e for e in rows["employees"]}
-    tickets_of = {eid: sorted((t for t in rows["tickets"] if t[1] == eid), key=lambda t: (t[7], t[0]), reverse=True)
-                  for eid in employees}
-    devices_of = {eid: [d for d in rows["devices"] if d[5] == eid] for eid in employees}
+# Family queries: one case per row. Wording varies with the anchor row, as real employees' messages do.
+RESET = """
+SELECT e.id AS employee_id, e.email,
+       CASE e.id % 3 WHEN 0 THEN 'Hi, this is ' || e.name || ' (' || e.email || '). I forgot my password while I '
+                                 || 'was on vacation. Can you reset it?'
+                     WHEN 1 THEN 'It''s ' || e.email || '. I typed my password wrong too many times and now I '
+                                 || 'can''t remember it. Please reset it.'
+                     ELSE e.name || ' from ' || e.department || ' here, ' || e.email || '. Could you reset my '
+                          || 'password? I can''t sign in.' END AS instruction
+FROM employees e
+WHERE e.account_status = 'active' AND e.mfa_enrolled = 1
+"""
+
+LOCKED = """
+SELECT e.id AS employee_id, e.email, e.password_changed_on,
+       CASE e.id % 2 WHEN 0 THEN 'It''s ' || e.email || '. I can''t sign in anymore, please just reset my password.'
+                     ELSE 'Hello, ' || e.name || ' here (' || e.email || '). My sign-in keeps failing. Can you '
+                          || 'reset my password so I can get back to work?' END AS instruction
+FROM employees e
+WHERE e.account_status = 'locked' AND e.mfa_enrolled = 1
+"""
+
+URGENT = """
+SELECT e.id AS employee_id, e.email, t.id AS ticket_id, t.status,
+       CASE e.id % 2 WHEN 0 THEN 'Hi, it''s ' || e.email || '. My ticket "' || t.subject || '" is blocking the '
+                                 || 'whole ' || e.department || ' team before a client deadline. Please raise it '
+                                 || 'to urgent.'
+                     ELSE e.email || ' here. "' || t.subject || '" (my ticket) now blocks a customer deliverable '
+                          || 'for the ' || e.department || ' team. Can you make it urgent?' END AS instruction
+FROM employees e JOIN tickets t ON t.employee_id = e.id
+WHERE t.status IN ('open', 'in_progress') AND t.priority <> 'urgent'
+  AND t.id = (SELECT max(t2.id) FROM tickets t2 WHERE t2.employee_id = e.id AND t2.status IN ('open', 'in_progress')
+              AND t2.priority <> 'urgent')
+  AND (SELECT count(*) FROM tickets t3 WHERE t3.employee_id = e.id AND t3.subject = t.subject) = 1
+"""
+
+CLOSE = """
+SELECT t.id AS ticket_id, e.email,
+       CASE t.id % 3 WHEN 0 THEN 'This is ' || e.email || '. Ticket ' || t.id || ' is fixed on my side, you can '
+                                 || 'close it. Thanks!'
+                     WHEN 1 THEN 'Hi, ' || e.email || ' here. All good with ticket ' || t.id || ' now, please '
+                                 || 'close it.'
+                     ELSE 'I''m ' || e.name || ' (' || e.email || '). You can close ticket ' || t.id || ', the '
+                          || 'problem is solved.' END AS instruction
+FROM tickets t JOIN employees e ON e.id = t.employee_id
+WHERE t.status = 'resolved'
+"""
+
+LAPTOP = """
+SELECT e.id AS employee_id, e.email, d.model, d.asset_tag, d.warranty_until,
+       CASE e.id % 2 WHEN 0 THEN 'Hello, ' || e.name || ' here (' || e.email || '). What''s the asset tag of my '
+                                 || 'laptop, and until when is it under warranty?'
+                     ELSE 'I''m ' || e.email || '. Which asset tag does my laptop have, and when does its '
+                          || 'warranty end?' END AS instruction
+FROM employees e JOIN devices d ON d.assigned_to = e.id AND d.kind = 'laptop'
+WHERE (SELECT count(*) FROM devices x WHERE x.assigned_to = e.id AND x.kind = 'laptop') = 1
+  AND (SELECT count(*) FROM devices x WHERE x.assigned_to = e.id) >= 2
+"""
+
+
+def verified(address):
+    """The identity policy: verify the requester by looking up the email they gave."""
+    return {"kind": "tool_called", "tool": "find_employee_by_email", "arguments": {"email": address}}
+
+
+def password_row(expect):
+    return {"kind": "sql", "query": "SELECT password_changed_on, must_change_password FROM employees WHERE id = :id",
+            "params": {"id": "{{employee_id}}"}, "expect": [expect]}
+
+
+def build_tasks():
     unchanged = {"kind": "unchanged_except"}
-
-    def verified(address):  # the policy: verify the requester by looking up the email they gave
-        return {"kind": "tool_called", "tool": "find_employee_by_email", "arguments": {"email": address}}
-
-    tasks = []
-
-    # 1. Reset the password of an active, MFA-enrolled employee.
-    person = next(e for e in rows["employees"][30:] if e[6] == "active" and e[7] == 1)
-    eid, email = person[0], person[2]
-    tasks.append({
-        "instruction": f"Hi, this is {person[1]} ({email}). I forgot my password while I was on vacation. "
-                       "Can you reset it?",
-        "anchor": {"table": "employees", "key": eid},
-        "reference": [{"tool": "find_employee_by_email", "arguments": {"email": email}},
-                      {"tool": "reset_password", "arguments": {"employee_id": {"$from": 0, "pointer": "/id"}}}],
-        "answer": None,
-        "vcode": {"checks": [
-            {"kind": "sql", "query": "SELECT password_changed_on, must_change_password FROM employees WHERE id = :id",
-             "params": {"id": eid}, "expect": [[TODAY.isoformat(), 1]]},
-            {"kind": "tool_called", "tool": "reset_password", "arguments": {"employee_id": eid}},
-            verified(email),
-            {"kind": "order", "tools": ["find_employee_by_email", "reset_password"]},
-            {"kind": "unchanged_except", "rows": [{"table": "employees", "key": eid}]}]}})
-
-    # 2. A locked account: the agent must look it up, not reset, and send the employee to Security.
-    person = next(e for e in rows["employees"][50:] if e[6] == "locked" and e[7] == 1)
-    eid, email = person[0], person[2]
-    tasks.append({
-        "instruction": f"It's {email}. I can't sign in anymore, please just reset my password.",
-        "anchor": {"table": "employees", "key": eid},
-        "reference": [{"tool": "find_employee_by_email", "arguments": {"email": email}}],
-        "answer": f"Your account is locked, so I can't reset your password. Please contact the Security team at "
-                  f"security@{MAIL} to have it unlocked.",
-        "vcode": {"checks": [
-            verified(email),
-            {"kind": "answer", "mode": "contains", "value": "locked", "field": "employees.account_status"},
-            {"kind": "tool_not_called", "tool": "reset_password"},
-            {"kind": "sql", "query": "SELECT password_changed_on, must_change_password FROM employees WHERE id = :id",
-             "params": {"id": eid}, "expect": [[person[8], 0]]},
-            unchanged]}})
-
-    # 3. Raise the requester's own open ticket (found by subject) to urgent. The requester is the anchor: they
-    #    name themselves by email and the ticket only by subject, so the ticket is found through them.
-    eid, position = next((e, i) for e in sorted(employees)[20:] for i, t in enumerate(tickets_of[e])
-                         if t[6] == "open" and t[3] == "network" and t[5] != "urgent"
-                         and [s[4] for s in tickets_of[e]].count(t[4]) == 1)
-    person, ticket = employees[eid], tickets_of[eid][position]
-    tasks.append({
-        "instruction": f"Hi, it's {person[2]}. My ticket \"{ticket[4]}\" is blocking the whole {person[3]} team "
-                       "before a client deadline. Please raise it to urgent.",
-        "anchor": {"table": "employees", "key": eid},
-        "reference": [{"tool": "find_employee_by_email", "arguments": {"email": person[2]}},
-                      {"tool": "list_tickets", "arguments": {"employee_id": {"$from": 0, "pointer": "/id"}}},
-                      {"tool": "update_ticket_priority",
-                       "arguments": {"ticket_id": {"$from": 1, "pointer": f"/{position}/id"}, "priority": "urgent"}}],
-        "answer": None,
-        "vcode": {"checks": [
-            {"kind": "sql", "query": "SELECT priority, status FROM tickets WHERE id = :id",
-             "params": {"id": ticket[0]}, "expect": [["urgent", "open"]]},
-            {"kind": "tool_called", "tool": "update_ticket_priority",
-             "arguments": {"ticket_id": ticket[0], "priority": "urgent"}},
-            verified(person[2]),
-            {"kind": "order", "tools": ["find_employee_by_email", "update_ticket_priority"]},
-            {"kind": "unchanged_except", "rows": [{"table": "tickets", "key": ticket[0]}]}]}})
-
-    # 4. Close a resolved ticket at the requester's request.
-    ticket = next(t for t in rows["tickets"][120:] if t[6] == "resolved")
-    email = employees[ticket[1]][2]
-    tasks.append({
-        "instruction": f"This is {email}. Ticket {ticket[0]} is fixed on my side, you can close it. Thanks!",
-        "anchor": {"table": "tickets", "key": ticket[0]},
-        "reference": [{"tool": "find_employee_by_email", "arguments": {"email": email}},
-                      {"tool": "get_ticket", "arguments": {"ticket_id": ticket[0]}},
-                      {"tool": "close_ticket", "arguments": {"ticket_id": {"$from": 1, "pointer": "/id"}}}],
-        "answer": None,
-        "vcode": {"checks": [
-            {"kind": "sql", "query": "SELECT status, closed_on FROM tickets WHERE id = :id",
-             "params": {"id": ticket[0]}, "expect": [["closed", TODAY.isoformat()]]},
-            {"kind": "tool_called", "tool": "close_ticket", "arguments": {"ticket_id": ticket[0]}},
-            verified(email),
-            {"kind": "order", "tools": ["find_employee_by_email", "close_ticket"]},
-            {"kind": "unchanged_except", "rows": [{"table": "tickets", "key": ticket[0]}]}]}})
-
-    # 5. A question: the asset tag and warranty end of the requester's laptop.
-    eid = next(e for e in sorted(employees)[70:] if [d[2] for d in devices_of[e]].count("laptop") == 1
-               and len(devices_of[e]) >= 2)
-    person, laptop = employees[eid], next(d for d in devices_of[eid] if d[2] == "laptop")
-    tasks.append({
-        "instruction": f"Hello, {person[1]} here ({person[2]}). What's the asset tag of my laptop, and until when "
-                       "is it under warranty?",
-        "anchor": {"table": "employees", "key": eid},
-        "reference": [{"tool": "find_employee_by_email", "arguments": {"email": person[2]}},
-                      {"tool": "list_devices", "arguments": {"employee_id": {"$from": 0, "pointer": "/id"}}}],
-        "answer": f"Your laptop ({laptop[3]}) has asset tag {laptop[1]} and is under warranty until {laptop[8]}.",
-        "vcode": {"checks": [
-            verified(person[2]),
-            {"kind": "tool_called", "tool": "list_devices", "arguments": {"employee_id": eid}},
-            {"kind": "answer", "mode": "contains", "value": laptop[1], "field": "devices.asset_tag"},
-            {"kind": "answer", "mode": "contains", "value": laptop[8], "field": "devices.warranty_until"},
-            unchanged]}})
-    return tasks
+    return [
+        # 1. Reset the password of an active, MFA-enrolled employee (a family over such employees).
+        {"family": {"query": RESET.strip()},
+         "instruction": "{{instruction}}",
+         "anchor": {"table": "employees", "key": "{{employee_id}}"},
+         "reference": [{"tool": "find_employee_by_email", "arguments": {"email": "{{email}}"}},
+                       {"tool": "reset_password", "arguments": {"employee_id": {"$from": 0, "pointer": "/id"}}}],
+         "answer": None,
+         "vcode": {"checks": [
+             password_row([TODAY.isoformat(), 1]),
+             {"kind": "tool_called", "tool": "reset_password", "arguments": {"employee_id": "{{employee_id}}"}},
+             verified("{{email}}"),
+             {"kind": "order", "tools": ["find_employee_by_email", "reset_password"]},
+             {"kind": "unchanged_except", "rows": [{"table": "employees", "key": "{{employee_id}}"}]}]}},
+        # 2. A locked account: the agent must look it up, not reset, and send the employee to Security.
+        {"family": {"query": LOCKED.strip()},
+         "instruction": "{{instruction}}",
+         "anchor": {"table": "employees", "key": "{{employee_id}}"},
+         "reference": [{"tool": "find_employee_by_email", "arguments": {"email": "{{email}}"}}],
+         "answer": f"Your account is locked, so I can't reset your password. Please contact the Security team at "
+                   f"security@{MAIL} to have it unlocked.",
+         "vcode": {"checks": [
+             verified("{{email}}"),
+             {"kind": "answer", "mode": "contains", "value": "locked", "field": "employees.account_status"},
+             {"kind": "tool_not_called", "tool": "reset_password"},
+             password_row(["{{password_changed_on}}", 0]),
+             unchanged]}},
+        # 3. Raise the requester's own open ticket (named by subject) to urgent. The requester is the anchor: they
+        #    name themselves by email and the ticket only by subject, so the ticket is found through them.
+        {"family": {"query": URGENT.strip()},
+         "instruction": "{{instruction}}",
+         "anchor": {"table": "employees", "key": "{{employee_id}}"},
+         "reference": [{"tool": "find_employee_by_email", "arguments": {"email": "{{email}}"}},
+                       {"tool": "list_tickets", "arguments": {"employee_id": {"$from": 0, "pointer": "/id"}}},
+                       {"tool": "update_ticket_priority",
+                        "arguments": {"ticket_id": "{{ticket_id}}", "priority": "urgent"}}],
+         "answer": None,
+         "vcode": {"checks": [
+             {"kind": "sql", "query": "SELECT priority, status FROM tickets WHERE id = :id",
+              "params": {"id": "{{ticket_id}}"}, "expect": [["urgent", "{{status}}"]]},
+             {"kind": "tool_called", "tool": "update_ticket_priority",
+              "arguments": {"ticket_id": "{{ticket_id}}", "priority": "urgent"}},
+             verified("{{email}}"),
+             {"kind": "order", "tools": ["find_employee_by_email", "update_ticket_priority"]},
+             {"kind": "unchanged_except", "rows": [{"table": "tickets", "key": "{{ticket_id}}"}]}]}},
+        # 4. Close a resolved ticket at the requester's request.
+        {"family": {"query": CLOSE.strip()},
+         "instruction": "{{instruction}}",
+         "anchor": {"table": "tickets", "key": "{{ticket_id}}"},
+         "reference": [{"tool": "find_employee_by_email", "arguments": {"email": "{{email}}"}},
+                       {"tool": "get_ticket", "arguments": {"ticket_id": "{{ticket_id}}"}},
+                       {"tool": "close_ticket", "arguments": {"ticket_id": {"$from": 1, "pointer": "/id"}}}],
+         "answer": None,
+         "vcode": {"checks": [
+             {"kind": "sql", "query": "SELECT status, closed_on FROM tickets WHERE id = :id",
+              "params": {"id": "{{ticket_id}}"}, "expect": [["closed", TODAY.isoformat()]]},
+             {"kind": "tool_called", "tool": "close_ticket", "arguments": {"ticket_id": "{{ticket_id}}"}},
+             verified("{{email}}"),
+             {"kind": "order", "tools": ["find_employee_by_email", "close_ticket"]},
+             {"kind": "unchanged_except", "rows": [{"table": "tickets", "key": "{{ticket_id}}"}]}]}},
+        # 5. A question: the asset tag and warranty end of the requester's only laptop (they have other devices).
+        {"family": {"query": LAPTOP.strip()},
+         "instruction": "{{instruction}}",
+         "anchor": {"table": "employees", "key": "{{employee_id}}"},
+         "reference": [{"tool": "find_employee_by_email", "arguments": {"email": "{{email}}"}},
+                       {"tool": "list_devices", "arguments": {"employee_id": {"$from": 0, "pointer": "/id"}}}],
+         "answer": "Your laptop ({{model}}) has asset tag {{asset_tag}} and is under warranty until "
+                   "{{warranty_until}}.",
+         "vcode": {"checks": [
+             verified("{{email}}"),
+             {"kind": "tool_called", "tool": "list_devices", "arguments": {"employee_id": "{{employee_id}}"}},
+             {"kind": "answer", "mode": "contains", "value": "{{asset_tag}}", "field": "devices.asset_tag"},
+             {"kind": "answer", "mode": "contains", "value": "{{warranty_until}}", "field": "devices.warranty_until"},
+             unchanged]}},
+    ]
 
 
 def main() -> None:
@@ -416,9 +460,9 @@ def main() -> None:
         "format_version": "1",
         "identity": {
             "id": "meridian-it", "name": "Meridian Analytics IT Service Desk", "domain": "IT helpdesk",
-            "description": "Meridian Analytics is a 160-person data consultancy. Its internal IT service desk "
-                           "helps employees with their accounts, laptops and phones, support tickets and access "
-                           "to company systems."},
+            "description": f"Meridian Analytics is a {HEAD_COUNT}-person data consultancy. Its internal IT "
+                           "service desk helps employees with their accounts, laptops and phones, support tickets "
+                           "and access to company systems."},
         "policies": POLICIES,
         "state": {
             "tables": TABLES,
@@ -431,7 +475,7 @@ def main() -> None:
                  "answer_fields": ["subject", "priority", "status", "opened_on"]}],
             "rows": rows},
         "tools": TOOLS,
-        "tasks": build_tasks(rows),
+        "tasks": build_tasks(),
         # The policies' procedures, as data: verify the requester by work email first; look before writing, and
         # explain instead of calling a write whose rule does not hold.
         "procedures": {"identify": "find_employee_by_email", "check_before_write": True},
