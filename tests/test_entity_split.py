@@ -152,3 +152,28 @@ def test_company_inspect_reports_held_out_entities_against_the_minimum() -> None
     entities = inspect_source(AIRLINE)["admission"]["independent_entities"]
     assert entities["shared"] == 0 and entities["eval_minimum"] == MIN_HELD_OUT_ENTITIES
     assert entities["eval_needed"] == max(0, MIN_HELD_OUT_ENTITIES - entities["eval"])
+
+
+LIBRARY = ROOT / "examples" / "library_desk" / "world.json"
+
+
+def test_a_natural_key_value_other_rows_share_names_no_one_and_withholds_nothing() -> None:
+    """The library's patrons identify by name and zip: the zip a held-out patron states is shared by many patrons,
+    so training rows that state it stay (they used to withhold 428 of 459 training cases); the held-out patrons'
+    emails and card numbers (declared unique) still never appear in a training row."""
+    built = execute_build(LIBRARY, CONFIG)
+    rows = [json.loads(line) for line in built.files["sft.jsonl"].decode("utf-8").splitlines()]
+    held_out = [json.loads(line) for line in built.files["eval_cases.jsonl"].decode("utf-8").splitlines()]
+    training = "\n".join(json.dumps(row["messages"][1:], ensure_ascii=False) for row in rows)
+    world = json.loads(LIBRARY.read_text(encoding="utf-8"))
+    patrons = world["state"]["rows"]["patrons"]
+    columns = [c["name"] for c in next(t for t in world["state"]["tables"] if t["name"] == "patrons")["columns"]]
+    email, zip_code = columns.index("email"), columns.index("zip")
+    said = [" ".join([case["task"]["instruction"], *(t["user"] for t in case["task"]["turns"]),
+                      case["task"].get("answer") or ""]) for case in held_out]
+    stated_zips = {p[zip_code] for p in patrons for text in said if f" {p[zip_code]}" in text}
+    assert stated_zips and any(z in training for z in stated_zips)
+    held_out_emails = {p[email] for p in patrons for text in said if p[email] in text}
+    assert held_out_emails and not any(e in training for e in held_out_emails)
+    assert built.record["train_cases_withheld"] < built.record["train_cases"] / 10
+    assert built.meta["leakage"]["held_out_identifiers_in_training"] == 0

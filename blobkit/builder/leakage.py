@@ -12,7 +12,9 @@ The identifier rule (spec/world-format.md, "The split"): the rows a held-out cas
 rows its reference chain names (``Instance.anchors_touched``) and their entity roots; their identifiers are the
 values of their primary-key columns and, for anchor tables, their natural keys. A value counts when it could only
 be that row's: text of at least :data:`MIN_TEXT_CHARS` characters, or an integer with at least
-:data:`MIN_INT_DIGITS` digits (smaller numbers are indistinguishable from counts, quantities and positions). A value
+:data:`MIN_INT_DIGITS` digits (smaller numbers are indistinguishable from counts, quantities and positions); a
+natural key's value, unless its column is declared unique, only when no other row of the table holds it (a zip code
+that patrons share, one column of a name-and-zip identity, names no one). A value
 *appears* in a text as a whole token: not run into letters, digits or ``_``, and a number not part of a decimal or
 a longer number. Training text is
 every non-system message of every sft.jsonl row (contents, tool-call arguments, observations); a held-out case's
@@ -51,14 +53,42 @@ _TOKEN = re.compile(r"[A-Za-z0-9_]+(?:[.@+\-][A-Za-z0-9_]+)*")
 
 @dataclass(frozen=True)
 class Identifier:
-    """A value that names one row: ``customers.email = "ana@example.com"``."""
+    """A value that names one row: ``customers.email = "ana@example.com"``.
+
+    ``value`` is the stored value; ``maybe_shared`` marks a natural key's value from a column not declared unique,
+    which names the row only when no other row holds it (:func:`names_one_row`)."""
 
     table: str
     column: str
     text: str
+    value: Any = None
+    maybe_shared: bool = False
 
     def __str__(self) -> str:
         return f"{self.table}.{self.column} {self.text}"
+
+
+def _declared_unique(runtime: WorldRuntime, table: str, column: str) -> bool:
+    """Whether the world declares ``table.column`` unique (its one-column primary key, ``unique``, a unique index)."""
+    declared = runtime.world.state.table(table)
+    if declared is None or declared.key_columns == (column,):
+        return True
+    if any(c.name == column and c.unique for c in declared.columns):
+        return True
+    return any(index.table == table and index.unique and tuple(index.columns) == (column,)
+               for index in runtime.world.state.indexes)
+
+
+def names_one_row(runtime: WorldRuntime, identifier: Identifier) -> bool:
+    """Whether no other row of the identifier's table holds its value in its column (always true unless
+    ``maybe_shared``): one bound query that stops at the second row."""
+    if not identifier.maybe_shared:
+        return True
+    sql = (f"SELECT COUNT(*) FROM (SELECT 1 FROM {quote_identifier(identifier.table)} "
+           f"WHERE {quote_identifier(identifier.column)} = ? LIMIT 2)")
+    with runtime.guard.host() as conn:
+        holders = conn.execute(sql, (identifier.value,)).fetchone()[0]
+    return int(holders) < 2
 
 
 def identifying_text(value: Any) -> str | None:
@@ -92,15 +122,17 @@ def _row_identifiers(runtime: WorldRuntime, table: str, key: Any) -> list[Identi
     declared, anchor = runtime.world.state.table(table), runtime.world.state.anchor(table)
     if declared is None:
         return []
-    columns = [*declared.key_columns, *(anchor.natural_keys if anchor else ())]
+    natural = [c for c in (anchor.natural_keys if anchor else ()) if c not in declared.key_columns]
+    columns = [*declared.key_columns, *natural]
     select = ", ".join(quote_identifier(c) for c in columns)
     with runtime.guard.host() as conn:
         row = conn.execute(f"SELECT {select} FROM {quote_identifier(table)} WHERE {key_where(declared)}",
                            key_parameters(declared, key)).fetchone()
     if row is None:
         return []
-    found = [Identifier(table, column, text) for column, value in zip(columns, row, strict=True)
-             if (text := identifying_text(value)) is not None]
+    shared = {c for c in natural if not _declared_unique(runtime, table, c)}
+    found = [Identifier(table, column, text, value, column in shared)
+             for column, value in zip(columns, row, strict=True) if (text := identifying_text(value)) is not None]
     return list(dict.fromkeys(found))
 
 
@@ -133,7 +165,7 @@ def identifier_leaks(runtime: WorldRuntime, sides: Sides, held_out: list[Case],
     for case in held_out:
         text = _Text(_case_text(case))
         for identifier in case_identifiers(runtime, sides, case):
-            if text.states(identifier.text):
+            if text.states(identifier.text) and names_one_row(runtime, identifier):
                 stated += 1
                 if training.states(identifier.text):
                     leaks.append((case.case_id, identifier))
@@ -145,7 +177,8 @@ def held_out_stated(runtime: WorldRuntime, sides: Sides, held_out: list[Case]) -
     stated: set[str] = set()
     for case in held_out:
         text = _Text(_case_text(case))
-        stated |= {i.text for i in case_identifiers(runtime, sides, case) if text.states(i.text)}
+        stated |= {i.text for i in case_identifiers(runtime, sides, case)
+                   if text.states(i.text) and names_one_row(runtime, i)}
     return sorted(stated)
 
 
