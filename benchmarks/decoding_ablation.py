@@ -14,6 +14,7 @@ Run::
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -36,6 +37,10 @@ def main() -> None:
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--kit", type=Path, required=True)
     parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--order", default="free,constrained",
+                        help="the decodings in the order they run (comma-separated)")
+    parser.add_argument("--save", type=Path, default=None,
+                        help="a directory: each decoding's record and per-case outcomes, written as it finishes")
     args = parser.parse_args()
     from trainers.paired import compare
     from trainers.replay import evaluate_export
@@ -43,10 +48,14 @@ def main() -> None:
 
     summaries, seconds = {}, {}
     with open_kit(args.kit) as kit:
-        for decoding in ("free", "constrained"):
+        for decoding in args.order.split(","):
             start = time.perf_counter()
             summaries[decoding] = evaluate_export(args.model, kit, limit=args.limit, decoding=decoding)
             seconds[decoding] = time.perf_counter() - start
+            if args.save is not None:
+                args.save.mkdir(parents=True, exist_ok=True)
+                saved = {"record": summaries[decoding].to_json(), "outcomes": summaries[decoding].outcomes()}
+                (args.save / f"{decoding}.json").write_text(json.dumps(saved, indent=1))
     for decoding, summary in summaries.items():
         record = summary.to_json()
         low, high = record["interval_95"]
