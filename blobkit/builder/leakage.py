@@ -79,15 +79,19 @@ def _declared_unique(runtime: WorldRuntime, table: str, column: str) -> bool:
                for index in runtime.world.state.indexes)
 
 
-def names_one_row(runtime: WorldRuntime, identifier: Identifier) -> bool:
+def names_one_row(runtime: WorldRuntime, identifier: Identifier, known: dict[Identifier, bool] | None = None) -> bool:
     """Whether no other row of the identifier's table holds its value in its column (always true unless
-    ``maybe_shared``): one bound query that stops at the second row."""
+    ``maybe_shared``): one bound query that stops at the second row, remembered in ``known`` when given."""
     if not identifier.maybe_shared:
         return True
+    if known is not None and identifier in known:
+        return known[identifier]
     sql = (f"SELECT COUNT(*) FROM (SELECT 1 FROM {quote_identifier(identifier.table)} "
            f"WHERE {quote_identifier(identifier.column)} = ? LIMIT 2)")
     with runtime.guard.host() as conn:
         holders = conn.execute(sql, (identifier.value,)).fetchone()[0]
+    if known is not None:
+        known[identifier] = int(holders) < 2
     return int(holders) < 2
 
 
@@ -160,12 +164,12 @@ def identifier_leaks(runtime: WorldRuntime, sides: Sides, held_out: list[Case],
                      rows: list[dict[str, Any]]) -> tuple[int, list[tuple[str, Identifier]]]:
     """(identifiers the held-out prompts and answer keys state, [(case id, identifier) also in training rows])."""
     training = _Text(training_text(rows))
-    stated = 0
+    stated, known = 0, dict[Identifier, bool]()
     leaks: list[tuple[str, Identifier]] = []
     for case in held_out:
         text = _Text(_case_text(case))
         for identifier in case_identifiers(runtime, sides, case):
-            if text.states(identifier.text) and names_one_row(runtime, identifier):
+            if text.states(identifier.text) and names_one_row(runtime, identifier, known):
                 stated += 1
                 if training.states(identifier.text):
                     leaks.append((case.case_id, identifier))
@@ -175,10 +179,11 @@ def identifier_leaks(runtime: WorldRuntime, sides: Sides, held_out: list[Case],
 def held_out_stated(runtime: WorldRuntime, sides: Sides, held_out: list[Case]) -> list[str]:
     """The identifiers held-out cases state (their instruction, customer turns or answer key), sorted."""
     stated: set[str] = set()
+    known: dict[Identifier, bool] = {}
     for case in held_out:
         text = _Text(_case_text(case))
         stated |= {i.text for i in case_identifiers(runtime, sides, case)
-                   if text.states(i.text) and names_one_row(runtime, i)}
+                   if text.states(i.text) and names_one_row(runtime, i, known)}
     return sorted(stated)
 
 
