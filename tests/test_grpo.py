@@ -18,14 +18,14 @@ pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 
+from scripted_policy import Scripted, hermes_texts  # noqa: E402
+
 from blobkit.errors import TrainerError  # noqa: E402
 from trainers.budget import Budget  # noqa: E402
 from trainers.config import TrainConfig  # noqa: E402
 from trainers.episode_decode import ModelTurns  # noqa: E402
 from trainers.eval_record import GRPOReport  # noqa: E402
-from trainers.formats import FORMATS  # noqa: E402
-from trainers.generation import Decoded  # noqa: E402
-from trainers.grpo import SerialPolicy, advantages, assert_same_tools, rl_cases, rollout  # noqa: E402
+from trainers.grpo import advantages, assert_same_tools, rl_cases, rollout  # noqa: E402
 from trainers.grpo_torch import policy_loss  # noqa: E402
 from trainers.plan import plan  # noqa: E402
 from trainers.run import run_training  # noqa: E402
@@ -44,33 +44,6 @@ def tiny(retail_kit: Kit, tmp_path_factory: pytest.TempPathFactory) -> Path:
         seed=3, hidden_size=32, num_layers=2, num_heads=2, vocab_size=700))
 
 
-class Scripted(SerialPolicy):
-    """A policy that replays given assistant texts (a stand-in for the model, not for the world)."""
-
-    def __init__(self, texts: list[str]) -> None:
-        super().__init__()
-        self.texts, self.written = texts, 0
-        self.tool_format = FORMATS["hermes"]
-
-    def turn(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> tuple[str, Decoded]:
-        text = self.texts[self.written] if self.written < len(self.texts) else "I don't know."
-        self.written += 1
-        return text, Decoded([], [], True)
-
-
-def _assistant_texts(row: dict[str, Any]) -> list[str]:
-    out = []
-    for message in row["messages"]:
-        if message["role"] != "assistant":
-            continue
-        if message.get("tool_calls"):
-            out.append("".join(f"<tool_call>\n{json.dumps(call['function'])}\n</tool_call>"
-                               for call in message["tool_calls"]))
-        else:
-            out.append(message["content"])
-    return out
-
-
 def _write_row(kit: Kit) -> tuple[dict[str, Any], KitCase]:
     """An SFT row whose chain cancels an order, and its RL case."""
     rows = kit.jsonl("sft.jsonl")
@@ -87,9 +60,9 @@ def test_a_rollout_executes_real_writes_on_an_isolated_copy_of_the_seed(retail_k
     runtime = retail_kit.world().runtime()
     try:
         seed_hash = full_state_hash(runtime.conn, list(runtime.tables.values()))
-        first = rollout(Scripted(_assistant_texts(row)), runtime, case, max_turns=6)
+        first = rollout(Scripted(hermes_texts(row)), runtime, case, max_turns=6)
         assert full_state_hash(runtime.conn, list(runtime.tables.values())) == seed_hash
-        second = rollout(Scripted(_assistant_texts(row)), runtime, case, max_turns=6)
+        second = rollout(Scripted(hermes_texts(row)), runtime, case, max_turns=6)
     finally:
         runtime.close()
     assert [e.tool for e in first.episode.trace][-1] == "cancel_order"
@@ -102,8 +75,8 @@ def test_reward_is_the_vcode_verdict(retail_kit: Kit) -> None:
     row, case = _write_row(retail_kit)
     runtime = retail_kit.world().runtime()
     try:
-        full = rollout(Scripted(_assistant_texts(row)), runtime, case, max_turns=6)
-        without_write = rollout(Scripted([*_assistant_texts(row)[:-2], "Done."]), runtime, case, max_turns=6)
+        full = rollout(Scripted(hermes_texts(row)), runtime, case, max_turns=6)
+        without_write = rollout(Scripted([*hermes_texts(row)[:-2], "Done."]), runtime, case, max_turns=6)
         silent = rollout(Scripted(["Sure."]), runtime, case, max_turns=6)
     finally:
         runtime.close()

@@ -16,38 +16,17 @@ import pytest
 
 pytest.importorskip("torch")
 
+from scripted_policy import Scripted, hermes_texts  # noqa: E402
+
 from blobkit.cli.train import resolve_config  # noqa: E402
 from blobkit.errors import ConfigError, TargetUnavailableError, TrainerError  # noqa: E402
 from trainers.config import TrainConfig  # noqa: E402
 from trainers.eval_record import GRPOReport, RFTReport, SFTReport, report_from_json  # noqa: E402
-from trainers.formats import FORMATS  # noqa: E402
-from trainers.generation import Decoded  # noqa: E402
-from trainers.grpo import SerialPolicy, rollouts  # noqa: E402
+from trainers.grpo import rollouts  # noqa: E402
 from trainers.plan import validate_rows  # noqa: E402
 from trainers.rft import rft_cases  # noqa: E402
 from trainers.rft_select import RFT_SOURCE, SampledEpisode, row_key, select  # noqa: E402
 from world_format.kit import Kit, KitCase  # noqa: E402
-
-
-class Scripted(SerialPolicy):
-    """Replays given assistant texts in hermes' format (a stand-in for the model, not for the world)."""
-
-    def __init__(self, texts: list[str]) -> None:
-        super().__init__()
-        self.texts, self.written = texts, 0
-        self.tool_format = FORMATS["hermes"]
-
-    def turn(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> tuple[str, Decoded]:
-        text = self.texts[self.written] if self.written < len(self.texts) else "I don't know."
-        self.written += 1
-        return text, Decoded([], [], True)
-
-
-def _texts(row: dict[str, Any]) -> list[str]:
-    """The row's assistant turns as a model would write them in hermes' format."""
-    return ["".join(f"<tool_call>\n{json.dumps(call['function'])}\n</tool_call>" for call in message["tool_calls"])
-            if message.get("tool_calls") else message["content"]
-            for message in row["messages"] if message["role"] == "assistant"]
 
 
 def _sample(kit: Kit, scripts: list[tuple[dict[str, Any], KitCase, list[str]]]) -> list[SampledEpisode]:
@@ -78,10 +57,10 @@ def sampled(retail_kit: Kit, two_cases: list[tuple[dict[str, Any], KitCase]]) ->
     the first case also once with a malformed call before its turns."""
     (row_a, case_a), (row_b, case_b) = two_cases
     broken = "<tool_call>\n{\"name\": \"get_order\", \"arguments\": {\n</tool_call>"
-    return _sample(retail_kit, [(row_a, case_a, _texts(row_a)), (row_b, case_b, _texts(row_b)),
-                                (row_a, case_a, ["Sure."]), (row_a, case_a, _texts(row_a)),
-                                (row_b, case_b, _texts(row_b)), (row_b, case_b, ["Sure."]),
-                                (row_a, case_a, [broken, *_texts(row_a)])])
+    return _sample(retail_kit, [(row_a, case_a, hermes_texts(row_a)), (row_b, case_b, hermes_texts(row_b)),
+                                (row_a, case_a, ["Sure."]), (row_a, case_a, hermes_texts(row_a)),
+                                (row_b, case_b, hermes_texts(row_b)), (row_b, case_b, ["Sure."]),
+                                (row_a, case_a, [broken, *hermes_texts(row_a)])])
 
 
 def test_only_verifier_passes_are_kept_and_each_conversation_once(retail_kit: Kit, sampled: list[SampledEpisode]
