@@ -66,9 +66,9 @@ def test_a_write_without_preconditions_is_reported_as_one_minting_cannot_refuse(
     assert _coverage(world, tmp_path)["set_tier"]["reason"].startswith("a write without preconditions")
 
 
-def test_info_and_company_inspect_show_the_coverage(tmp_path: Path) -> None:
+def test_info_and_company_inspect_show_the_coverage(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     source = write_world(tmp_path / "w", small_world())
-    record = build_kit(source, tmp_path / "out", SMALL)
+    record = cached_build(source, tmp_path_factory, SMALL)
     info = CliRunner().invoke(app, ["info", record["kit"]["path"]])
     assert info.exit_code == 0 and "  tools exercised: " in info.stdout
     inspected = CliRunner().invoke(app, ["company", "inspect", "--source", str(source), "--json"])
