@@ -16,7 +16,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).parent))
 
 from fake_runpod import FakeRunPod  # noqa: E402
-from kit_cache import cached_builds, cached_kit  # noqa: E402
+from kit_cache import cached_builds, cached_kit, changed_kits  # noqa: E402
 from worlds import small_world  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,6 +79,14 @@ def cached_hub_bases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 # ----------------------------------------------------------------- a small kit, shared by the tests that only read it
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_kits_unchanged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """After this worker's tests: no test changed a shared build's files (:mod:`kit_cache`; a test changes a copy)."""
+    yield
+    changed = changed_kits(tmp_path_factory)
+    assert not changed, f"a test changed the shared kit builds {changed} (it should change a copy: kit_cache.kit_copy)"
 
 
 @pytest.fixture(scope="session")

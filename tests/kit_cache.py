@@ -41,6 +41,12 @@ def build_key(world: Path, config: BuildConfig) -> str:
     return digest.hexdigest()
 
 
+def _tree(folder: Path) -> dict[str, str]:
+    """The sha256 of every file under ``folder``, by relative path."""
+    return {path.relative_to(folder).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
 def _cached(entry: Path, world: Path, config: BuildConfig, timeout: float) -> dict[str, Any]:
     with filelock.FileLock(f"{entry}.lock", timeout=timeout):
         record_file = entry / "record.json"
@@ -48,6 +54,7 @@ def _cached(entry: Path, world: Path, config: BuildConfig, timeout: float) -> di
             from blobkit.builder import build_kit
 
             record = build_kit(world, entry / "out", config)
+            (entry / "tree.json").write_text(json.dumps(_tree(entry / "out")), encoding="utf-8")
             record_file.write_text(json.dumps(record), encoding="utf-8")
         record = json.loads(record_file.read_text(encoding="utf-8"))
         assert isinstance(record, dict)
@@ -86,6 +93,14 @@ def cached_build(world: Path, factory: pytest.TempPathFactory, config: BuildConf
 def cached_kit(world: Path, factory: pytest.TempPathFactory, config: BuildConfig | None = None) -> Path:
     """The folder of the shared kit :func:`cached_build` made."""
     return Path(cached_build(world, factory, config)["kit"]["path"])
+
+
+def changed_kits(factory: pytest.TempPathFactory) -> list[str]:
+    """The shared builds whose files a test changed, added or removed since they were made (none, when every test
+    that changes a kit changed a copy)."""
+    root = _cache_root(factory)
+    return [entry.name for entry in sorted(root.iterdir()) if (entry / "record.json").is_file()
+            and json.loads((entry / "tree.json").read_text(encoding="utf-8")) != _tree(entry / "out")]
 
 
 def kit_copy(kit: Path, into: Path) -> Path:
