@@ -38,8 +38,10 @@ def _engine() -> inflect.engine:
     return inflect.engine()
 
 
+@lru_cache(maxsize=4096)
 def singular(noun: str) -> str:
-    """The singular of a plural noun phrase ("items" → "item", "access grants" → "access grant")."""
+    """The singular of a plural noun phrase ("items" → "item", "access grants" → "access grant"); remembered, as the
+    lint asks for the same few nouns thousands of times."""
     found = _engine().singular_noun(noun)
     return found if isinstance(found, str) else noun
 

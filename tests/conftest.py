@@ -16,6 +16,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).parent))
 
 from fake_runpod import FakeRunPod  # noqa: E402
+from kit_cache import cached_builds, cached_kit, changed_kits  # noqa: E402
 from worlds import small_world  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,15 +81,22 @@ def cached_hub_bases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 # ----------------------------------------------------------------- a small kit, shared by the tests that only read it
 
 
+@pytest.fixture(scope="session", autouse=True)
+def shared_kits_unchanged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """After this worker's tests: no test changed a shared build's files (:mod:`kit_cache`; a test changes a copy)."""
+    yield
+    changed = changed_kits(tmp_path_factory)
+    assert not changed, f"a test changed the shared kit builds {changed} (it should change a copy: kit_cache.kit_copy)"
+
+
 @pytest.fixture(scope="session")
 def kit_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A kit built from the small world (4 train and 2 eval cases per task); a module may build its own."""
-    from blobkit.builder import BuildConfig, build_kit
+    """A kit built from the small world (4 train and 2 eval cases per task), shared (:mod:`kit_cache`); a module may
+    build its own."""
+    from blobkit.builder import BuildConfig
 
-    root = tmp_path_factory.mktemp("runpodkit")
-    record = build_kit(write_world(root / "src", small_world()), root / "out",
-                       BuildConfig(train_cases_per_task=4, eval_cases_per_task=2))
-    return Path(record["kit"]["path"])
+    world = write_world(tmp_path_factory.mktemp("runpodkit") / "src", small_world())
+    return cached_kit(world, tmp_path_factory, BuildConfig(train_cases_per_task=4, eval_cases_per_task=2))
 
 
 @pytest.fixture
@@ -116,24 +124,24 @@ def fake(tmp_path: Path) -> Iterator[FakeRunPod]:
 @pytest.fixture(scope="session")
 def retail_kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The retail example built small (3 training and 2 held-out cases per task), open, for the GRPO and episode
-    tests."""
-    from blobkit.builder import BuildConfig, build_kit
+    tests (shared: :mod:`kit_cache`)."""
+    from blobkit.builder import BuildConfig
     from world_format.kit import open_kit
 
-    record = build_kit(ROOT / "examples" / "retail_desk" / "world.json", tmp_path_factory.mktemp("retail-kit"),
-                       BuildConfig(train_cases_per_task=3, eval_cases_per_task=2))
-    with open_kit(Path(record["kit"]["path"])) as kit:
+    path = cached_kit(ROOT / "examples" / "retail_desk" / "world.json", tmp_path_factory,
+                      BuildConfig(train_cases_per_task=3, eval_cases_per_task=2))
+    with open_kit(path) as kit:
         yield kit
 
 
 @pytest.fixture(scope="session")
 def example_kits(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Every bundled example built once with the default build settings, by example name."""
-    from blobkit.builder import BuildConfig, build_kit
+    """Every bundled example built once with the default build settings, by example name (once per run, shared by
+    the workers: :mod:`kit_cache`; not to be changed)."""
+    from blobkit.builder import BuildConfig
 
-    root = tmp_path_factory.mktemp("example-kits")
-    return {example.name: Path(build_kit(example / "world.json", root / example.name, BuildConfig())["kit"]["path"])
-            for example in EXAMPLES}
+    records = cached_builds([(example / "world.json", BuildConfig()) for example in EXAMPLES], tmp_path_factory)
+    return {example.name: Path(record["kit"]["path"]) for example, record in zip(EXAMPLES, records, strict=True)}
 
 
 @pytest.fixture(scope="session")
@@ -142,8 +150,6 @@ def airline_first_kit(tmp_path_factory: pytest.TempPathFactory) -> Path:
     customers, before issue 29 grew it), built with the default settings: the world the handed evidence's airline
     trajectories were recorded on, so their case ids and calls are this kit's."""
     import importlib.util
-
-    from blobkit.builder import BuildConfig, build_kit
 
     path = ROOT / "examples" / "airline_desk" / "generate.py"
     spec = importlib.util.spec_from_file_location("airline_generate", path)
@@ -154,7 +160,7 @@ def airline_first_kit(tmp_path_factory: pytest.TempPathFactory) -> Path:
     world = root / "world.json"
     document = generator.world_document(*generator.FIRST_SIZE)  # written as the generator writes world.json
     world.write_text(json.dumps(document, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
-    return Path(build_kit(world, root / "kit", BuildConfig())["kit"]["path"])
+    return cached_kit(world, tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import zstandard
 from conftest import EXAMPLES
+from kit_cache import cached_build
 
 from blobkit.builder import BuildConfig, build_kit
 from blobkit.describe import describe
@@ -181,8 +182,10 @@ def test_a_zstd_bomb_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
-def test_examples_build_with_every_authored_task_admitted(example: Path, tmp_path: Path) -> None:
-    record = build_kit(example / "world.json", tmp_path, BuildConfig(train_cases_per_task=4, eval_cases_per_task=2))
+def test_examples_build_with_every_authored_task_admitted(example: Path,
+                                                          tmp_path_factory: pytest.TempPathFactory) -> None:
+    record = cached_build(example / "world.json", tmp_path_factory,
+                          BuildConfig(train_cases_per_task=4, eval_cases_per_task=2))
     world = load_world(example / "world.json").world
     with open_kit(Path(record["kit"]["path"])) as kit:
         authored = [r for r in kit.jsonl("rejected.jsonl") if r["source"] == "authored"]

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 from conftest import EXAMPLES
+from kit_cache import cached_kit
 
-from blobkit.builder import BuildConfig, build_kit
+from blobkit.builder import BuildConfig
 from world_format.conversation import Conversation
 from world_format.kit import open_kit
 
@@ -28,9 +29,10 @@ def _pairs_check(messages: list[dict]) -> None:
 
 
 @pytest.mark.parametrize("world", EXAMPLES, ids=lambda p: p.name)
-def test_every_tool_message_of_every_row_answers_the_call_before_it_by_id(world: Path, tmp_path: Path) -> None:
-    record = build_kit(world / "world.json", tmp_path, BuildConfig(train_cases_per_task=6, eval_cases_per_task=2))
-    with open_kit(Path(record["kit"]["path"])) as kit:
+def test_every_tool_message_of_every_row_answers_the_call_before_it_by_id(
+        world: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    with open_kit(cached_kit(world / "world.json", tmp_path_factory,
+                             BuildConfig(train_cases_per_task=6, eval_cases_per_task=2))) as kit:
         rows = kit.rows()
     assert rows
     for row in rows:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from conftest import ROOT, write_world
+from kit_cache import cached_build
 from typer.testing import CliRunner
 from worlds import small_world
 
@@ -23,8 +24,9 @@ def _coverage(world: dict[str, Any], tmp_path: Path) -> dict[str, dict[str, Any]
     return coverage
 
 
-def test_every_tool_of_the_retail_kit_is_counted_and_each_one_never_called_has_a_reason(tmp_path: Path) -> None:
-    record = build_kit(ROOT / "examples" / "retail_desk" / "world.json", tmp_path, SMALL)
+def test_every_tool_of_the_retail_kit_is_counted_and_each_one_never_called_has_a_reason(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    record = cached_build(ROOT / "examples" / "retail_desk" / "world.json", tmp_path_factory, SMALL)
     coverage = record["tool_coverage"]
     world = json.loads((ROOT / "examples" / "retail_desk" / "world.json").read_text())
     assert sorted(coverage) == sorted(tool["name"] for tool in world["tools"])
@@ -64,9 +66,9 @@ def test_a_write_without_preconditions_is_reported_as_one_minting_cannot_refuse(
     assert _coverage(world, tmp_path)["set_tier"]["reason"].startswith("a write without preconditions")
 
 
-def test_info_and_company_inspect_show_the_coverage(tmp_path: Path) -> None:
+def test_info_and_company_inspect_show_the_coverage(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     source = write_world(tmp_path / "w", small_world())
-    record = build_kit(source, tmp_path / "out", SMALL)
+    record = cached_build(source, tmp_path_factory, SMALL)
     info = CliRunner().invoke(app, ["info", record["kit"]["path"]])
     assert info.exit_code == 0 and "  tools exercised: " in info.stdout
     inspected = CliRunner().invoke(app, ["company", "inspect", "--source", str(source), "--json"])
@@ -75,8 +77,9 @@ def test_info_and_company_inspect_show_the_coverage(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("world", ["it_helpdesk", "airline_desk"])
-def test_the_other_examples_explain_every_tool_they_leave_out(world: str, tmp_path: Path) -> None:
-    record = build_kit(ROOT / "examples" / world / "world.json", tmp_path, SMALL)
+def test_the_other_examples_explain_every_tool_they_leave_out(world: str,
+                                                              tmp_path_factory: pytest.TempPathFactory) -> None:
+    record = cached_build(ROOT / "examples" / world / "world.json", tmp_path_factory, SMALL)
     missing = {name: entry["reason"] for name, entry in record["tool_coverage"].items() if not entry["cases"]}
     assert all(reason for reason in missing.values())
     if world == "airline_desk":

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from conftest import ROOT
+from kit_cache import cached_build
 
 from blobkit.builder import BuildConfig, execute_build
 from blobkit.builder.leakage import identifying_text
@@ -41,6 +42,15 @@ def _per_anchor_rule(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _leakage(world: Path) -> dict[str, Any]:
     return execute_build(world, CONFIG).meta["leakage"]
+
+
+def _built(world: Path, factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, Any], dict[str, bytes]]:
+    """The build record, kit.json and the case and row files of ``world``'s kit built with CONFIG (the shared build
+    of this run, :mod:`kit_cache`: what :func:`execute_build` makes, written)."""
+    record = cached_build(world, factory, CONFIG)
+    kit = Path(record["kit"]["path"])
+    files = {name: (kit / name).read_bytes() for name in ("train_cases.jsonl", "eval_cases.jsonl", "sft.jsonl")}
+    return record, json.loads((kit / "kit.json").read_bytes()), files
 
 
 @pytest.fixture(scope="module")
@@ -99,12 +109,12 @@ def test_small_numbers_and_short_texts_are_not_identifiers() -> None:
 
 
 @pytest.mark.parametrize("world", [RETAIL, AIRLINE], ids=["retail", "airline"])
-def test_the_per_anchor_split_leaked_and_the_entity_split_does_not(world: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_per_anchor_split_leaked_and_the_entity_split_does_not(world: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path_factory: pytest.TempPathFactory) -> None:
     with monkeypatch.context() as patched:
         _per_anchor_rule(patched)
         before = _leakage(world)
-    after = _leakage(world)
+    after = _built(world, tmp_path_factory)[1]["leakage"]
     # the per-anchor rule: held-out cases about customers whose orders are training rows
     assert before["shared_entities"] > 0 and before["held_out_identifiers_in_training"] > 0
     assert after["shared_entities"] == 0 and after["held_out_identifiers_in_training"] == 0
@@ -112,20 +122,21 @@ def test_the_per_anchor_split_leaked_and_the_entity_split_does_not(world: Path,
 
 
 @pytest.mark.parametrize("world", [RETAIL, AIRLINE], ids=["retail", "airline"])
-def test_every_case_records_its_entity_and_no_entity_is_on_both_sides(world: Path) -> None:
-    built = execute_build(world, CONFIG)
+def test_every_case_records_its_entity_and_no_entity_is_on_both_sides(
+        world: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    _, meta, files = _built(world, tmp_path_factory)
     sides: dict[str, set[str]] = {}
     for name in ("train_cases.jsonl", "eval_cases.jsonl"):
-        for line in built.files[name].splitlines():
+        for line in files[name].splitlines():
             case = json.loads(line)
             assert case["entity"]
             sides.setdefault(case["entity"], set()).add(case["side"])
     assert all(len(found) == 1 for found in sides.values())
-    assert built.meta["leakage"]["eval_entities"] >= 20
+    assert meta["leakage"]["eval_entities"] >= 20
     # one entity count: kit.json's is the number of distinct entities its cases record, which evaluation counts
     for name, side in (("train_cases.jsonl", "train"), ("eval_cases.jsonl", "eval")):
-        recorded = {json.loads(line)["entity"] for line in built.files[name].splitlines()}
-        assert built.meta["leakage"][f"{side}_entities"] == len(recorded)
+        recorded = {json.loads(line)["entity"] for line in files[name].splitlines()}
+        assert meta["leakage"][f"{side}_entities"] == len(recorded)
 
 
 def test_the_wilson_interval_matches_the_published_values() -> None:
@@ -157,13 +168,14 @@ def test_company_inspect_reports_held_out_entities_against_the_minimum() -> None
 LIBRARY = ROOT / "examples" / "library_desk" / "world.json"
 
 
-def test_a_natural_key_value_other_rows_share_names_no_one_and_withholds_nothing() -> None:
+def test_a_natural_key_value_other_rows_share_names_no_one_and_withholds_nothing(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
     """The library's patrons identify by name and zip: the zip a held-out patron states is shared by many patrons,
     so training rows that state it stay (they used to withhold 428 of 459 training cases); the held-out patrons'
     emails and card numbers (declared unique) still never appear in a training row."""
-    built = execute_build(LIBRARY, CONFIG)
-    rows = [json.loads(line) for line in built.files["sft.jsonl"].decode("utf-8").splitlines()]
-    held_out = [json.loads(line) for line in built.files["eval_cases.jsonl"].decode("utf-8").splitlines()]
+    record, meta, files = _built(LIBRARY, tmp_path_factory)
+    rows = [json.loads(line) for line in files["sft.jsonl"].decode("utf-8").splitlines()]
+    held_out = [json.loads(line) for line in files["eval_cases.jsonl"].decode("utf-8").splitlines()]
     training = "\n".join(json.dumps(row["messages"][1:], ensure_ascii=False) for row in rows)
     world = json.loads(LIBRARY.read_text(encoding="utf-8"))
     patrons = world["state"]["rows"]["patrons"]
@@ -175,5 +187,5 @@ def test_a_natural_key_value_other_rows_share_names_no_one_and_withholds_nothing
     assert stated_zips and any(z in training for z in stated_zips)
     held_out_emails = {p[email] for p in patrons for text in said if p[email] in text}
     assert held_out_emails and not any(e in training for e in held_out_emails)
-    assert built.record["train_cases_withheld"] < built.record["train_cases"] / 10
-    assert built.meta["leakage"]["held_out_identifiers_in_training"] == 0
+    assert record["train_cases_withheld"] < record["train_cases"] / 10
+    assert meta["leakage"]["held_out_identifiers_in_training"] == 0

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from conftest import ROOT, SHARED, write_world
+from kit_cache import cached_kit
 from typer.testing import CliRunner
 from worlds import small_world
 
@@ -324,10 +325,8 @@ def test_a_hedged_answer_fails_a_committed_check_and_passes_an_uncommitted_one(t
 
 @pytest.fixture(scope="module", params=["retail_desk", "it_helpdesk"])
 def example_kit(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp(request.param)
-    record = build_kit(ROOT / "examples" / request.param / "world.json", out,
-                       BuildConfig(train_cases_per_task=8, eval_cases_per_task=3))
-    return Path(record["kit"]["path"])
+    return cached_kit(ROOT / "examples" / request.param / "world.json", tmp_path_factory,
+                      BuildConfig(train_cases_per_task=8, eval_cases_per_task=3))
 
 
 @pytest.mark.parametrize("agent", ["reference", "null", "shortcut", "wrong-row", "wrong-value", "off-by-one",

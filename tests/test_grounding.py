@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from blobkit.builder import BuildConfig, build_kit
 from blobkit.errors import ConfigError
 from trainers.config import TrainConfig
 from trainers.grounding import (
@@ -95,13 +94,9 @@ def test_repeats_append_each_grounding_example_that_many_times_after_the_rows() 
 
 
 @pytest.mark.usefixtures("cached_hub_bases")  # a hub base plans only where its files are (trainers/preflight.py)
-def test_the_plan_counts_grounding_examples_in_the_optimizer_steps_and_they_validate(tmp_path: Path) -> None:
-    from conftest import write_world
-    from worlds import small_world
-
-    record = build_kit(write_world(tmp_path / "src", small_world()), tmp_path / "out",
-                       BuildConfig(train_cases_per_task=4, eval_cases_per_task=2))
-    kit_path = Path(record["kit"]["path"])
+def test_the_plan_counts_grounding_examples_in_the_optimizer_steps_and_they_validate(kit_path: Path,
+                                                                                   tmp_path: Path) -> None:
+    # kit_path: the small world built with 4 training and 2 held-out cases per task (shared, read only)
     with open_kit(kit_path) as kit:
         rows = kit.jsonl("sft.jsonl")
         examples = grounding_examples(rows)

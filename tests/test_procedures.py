@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from conftest import ROOT, write_world
+from kit_cache import cached_build
 from typer.testing import CliRunner
 from worlds import small_world
 
@@ -171,9 +172,9 @@ def test_the_checker_reads_the_row_format(checker: ProcedureChecker) -> None:
 
 
 @pytest.mark.parametrize("name", EXAMPLE_WORLDS)
-def test_every_example_kit_follows_its_procedures_and_fails_every_policy_skip_probe(tmp_path: Path,
-                                                                                    name: str) -> None:
-    record = build_kit(ROOT / "examples" / name / "world.json", tmp_path)
+def test_every_example_kit_follows_its_procedures_and_fails_every_policy_skip_probe(
+        tmp_path_factory: pytest.TempPathFactory, name: str) -> None:
+    record = cached_build(ROOT / "examples" / name / "world.json", tmp_path_factory)
     with open_kit(Path(record["kit"]["path"])) as kit:
         cases = kit.cases("train") + kit.cases("eval")
         runtime = kit.world().runtime()

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import ROOT, write_world
+from kit_cache import cached_kit
 from typer.testing import CliRunner
 from worlds import small_world
 
@@ -385,15 +386,14 @@ def test_a_confirm_tool_adds_its_policy_line_to_the_system_prompt() -> None:
 
 
 @pytest.fixture(scope="module")
-def airline_kits(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    kits = []
-    for name in ("a", "b"):
-        record = build_kit(AIRLINE, tmp_path_factory.mktemp(name), BuildConfig())
-        kits.append(Path(record["kit"]["path"]))
-    return kits[0], kits[1]
+def airline_kit(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The airline example built with the default settings: the run's shared build (:mod:`kit_cache`, as
+    ``example_kits``' airline kit), read only."""
+    return cached_kit(AIRLINE, tmp_path_factory, BuildConfig())
 
 
-def test_the_airline_world_builds_twice_to_identical_bytes_and_verifies(airline_kits: tuple[Path, Path]) -> None:
+def test_the_airline_world_builds_twice_to_identical_bytes_and_verifies(tmp_path: Path) -> None:
+    airline_kits = [Path(build_kit(AIRLINE, tmp_path / name, BuildConfig())["kit"]["path"]) for name in ("a", "b")]
     first, second = airline_kits
     archives = [Path(f"{kit}.tar.zst").read_bytes() for kit in airline_kits]
     assert archives[0] == archives[1]
@@ -405,8 +405,8 @@ def test_the_airline_world_builds_twice_to_identical_bytes_and_verifies(airline_
     assert second.name == first.name
 
 
-def test_the_airline_kit_carries_every_construct(airline_kits: tuple[Path, Path]) -> None:
-    with open_kit(airline_kits[0]) as kit:
+def test_the_airline_kit_carries_every_construct(airline_kit: Path) -> None:
+    with open_kit(airline_kit) as kit:
         records = kit.tasks()
         rows = kit.rows()
         # the legs' sum has no quantity to add up (positions are keys), so that one template is rejected
@@ -434,8 +434,8 @@ def test_the_airline_kit_carries_every_construct(airline_kits: tuple[Path, Path]
 @pytest.mark.parametrize("agent", ["reference", "null", "shortcut", "wrong-row", "wrong-value", "off-by-one",
                                    "read-only", "hedger", "over-inclusive", "unconfirmed"])
 def test_the_airline_adversaries_pass_nothing_and_the_reference_passes_everything(
-        airline_kits: tuple[Path, Path], agent: str, tmp_path: Path) -> None:
-    kit_path = airline_kits[0]
+        airline_kit: Path, agent: str, tmp_path: Path) -> None:
+    kit_path = airline_kit
     out = tmp_path / "agent.jsonl"
     runner = CliRunner()
     assert runner.invoke(app, ["adversary", "--kit", str(kit_path), "--agent", agent, "--out", str(out)]
@@ -449,8 +449,8 @@ def test_the_airline_adversaries_pass_nothing_and_the_reference_passes_everythin
 
 
 def test_an_episode_feeds_the_scripted_yes_when_the_agent_asks_and_ends_when_the_script_is_used_up(
-        airline_kits: tuple[Path, Path]) -> None:
-    with open_kit(airline_kits[0]) as kit:
+        airline_kit: Path) -> None:
+    with open_kit(airline_kit) as kit:
         case = next(c for c in kit.cases("eval") if c.task.turns)
         loaded = kit.world()
     runtime = loaded.runtime()

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, write_world
+from kit_cache import cached_kit
 from worlds import small_world
 
 from blobkit.builder import BuildConfig, build_kit
@@ -37,10 +38,10 @@ def test_counts_agree_with_their_nouns() -> None:
 
 
 @pytest.mark.parametrize("world", ["retail_desk", "it_helpdesk", "airline_desk"])
-def test_the_minted_text_of_every_example_kit_has_no_wording_defect(world: str, tmp_path: Path) -> None:
-    record = build_kit(ROOT / "examples" / world / "world.json", tmp_path,
-                       BuildConfig(train_cases_per_task=6, eval_cases_per_task=2))
-    with open_kit(Path(record["kit"]["path"])) as kit:
+def test_the_minted_text_of_every_example_kit_has_no_wording_defect(world: str,
+                                                                    tmp_path_factory: pytest.TempPathFactory) -> None:
+    with open_kit(cached_kit(ROOT / "examples" / world / "world.json", tmp_path_factory,
+                             BuildConfig(train_cases_per_task=6, eval_cases_per_task=2))) as kit:
         report = kit_lint(kit)
     assert report["minted_texts"] > 50 and report["defects"] == {}
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
@@ -44,6 +44,9 @@ class CompiledTool:
     """Declared defaults, bound when an argument is omitted."""
     json_fields: frozenset[str] = frozenset()
     """Result fields rendered as nested JSON (the tool's json_fields and the world's JSON columns, by name)."""
+    problems: dict[str, str | None] = field(default_factory=dict, compare=False, repr=False)
+    """What :func:`check_arguments` found wrong with arguments seen before (None: nothing), by their exact JSON
+    text (:func:`_exact_key`): a build's gate sends the same arguments many times. At most ``MAX_REMEMBERED``."""
 
 
 def compile_tool(tool: Tool, json_columns: frozenset[str] = frozenset()) -> CompiledTool:
@@ -59,26 +62,68 @@ def compile_tool(tool: Tool, json_columns: frozenset[str] = frozenset()) -> Comp
     )
 
 
+MAX_REMEMBERED = 4096
+"""Most argument sets a compiled tool remembers the check of (then it forgets them all and starts again)."""
+
+
 def check_arguments(compiled: CompiledTool, arguments: Any) -> dict[str, Any]:
     """Validate model-supplied arguments; return them with declared defaults filled in for omitted ones.
 
-    Raises ToolCallError with a short reason."""
+    Raises ToolCallError with a short reason. The check is a function of the arguments alone, so its outcome is
+    remembered for arguments of plain JSON types (:attr:`CompiledTool.problems`)."""
     if not isinstance(arguments, dict):
         raise ToolCallError(f"arguments for {compiled.tool.name} must be a JSON object")
+    key = _exact_key(arguments)
+    if key is not None and key in compiled.problems:
+        problem = compiled.problems[key]
+    else:
+        problem = _argument_problem(compiled, arguments)
+        if key is not None:
+            if len(compiled.problems) >= MAX_REMEMBERED:
+                compiled.problems.clear()
+            compiled.problems[key] = problem
+    if problem is not None:
+        raise ToolCallError(problem)
+    return {**compiled.defaults, **arguments}
+
+
+def _argument_problem(compiled: CompiledTool, arguments: dict[str, Any]) -> str | None:
+    """Why ``arguments`` cannot be sent to the tool (the ToolCallError's message), else None."""
     broken = lone_surrogate(arguments)
     if broken is not None:
-        raise ToolCallError(f"invalid arguments for {compiled.tool.name} at {broken.lstrip('/')}: a lone UTF-16 "
-                            "surrogate is no character")
+        return (f"invalid arguments for {compiled.tool.name} at {broken.lstrip('/')}: a lone UTF-16 surrogate is no "
+                "character")
     error = jsonschema.exceptions.best_match(compiled.validator.iter_errors(arguments))
     if error is not None:
         where = "/".join(str(part) for part in error.absolute_path)
-        raise ToolCallError(f"invalid arguments for {compiled.tool.name}{' at ' + where if where else ''}: "
-                            f"{error.message[:200]}")
+        return f"invalid arguments for {compiled.tool.name}{' at ' + where if where else ''}: {error.message[:200]}"
     for name, value in arguments.items():
         problem = _unbindable(value)
         if problem:
-            raise ToolCallError(f"invalid arguments for {compiled.tool.name}: {name} {problem}")
-    return {**compiled.defaults, **arguments}
+            return f"invalid arguments for {compiled.tool.name}: {name} {problem}"
+    return None
+
+
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _exact_key(arguments: dict[str, Any]) -> str | None:
+    """The JSON text of ``arguments`` when every value in it is of a plain JSON type exactly (dict with text keys,
+    list, str, int, float, bool, None; no subclass, no tuple), so that equal texts are equal arguments, key order and
+    1 against 1.0 included; else None (not remembered)."""
+    try:
+        return json.dumps(arguments) if _plain(arguments) else None
+    except RecursionError:  # nested too deep to walk: checked every time, as jsonschema can
+        return None
+
+
+def _plain(value: Any) -> bool:
+    kind = type(value)
+    if kind is dict:
+        return all(type(key) is str and _plain(item) for key, item in value.items())
+    if kind is list:
+        return all(_plain(item) for item in value)
+    return kind in _PLAIN
 
 
 def _unbindable(value: Any) -> str | None:
