@@ -88,8 +88,10 @@ def random_peft_adapter(tiny_dir: Path, out: Path) -> Path:
     import torch
     from peft import LoraConfig, get_peft_model
 
-    model = get_peft_model(torch_base(tiny_dir), LoraConfig(r=RANK, lora_alpha=3 * RANK, target_modules="all-linear",
-                                                            lora_dropout=0.0, task_type="CAUSAL_LM"))
+    with torch.random.fork_rng():  # PEFT draws the A matrices from the global generator: seeded, not run-order
+        torch.manual_seed(0)
+        model = get_peft_model(torch_base(tiny_dir), LoraConfig(
+            r=RANK, lora_alpha=3 * RANK, target_modules="all-linear", lora_dropout=0.0, task_type="CAUSAL_LM"))
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
