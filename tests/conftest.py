@@ -86,7 +86,7 @@ def shared_kits_unchanged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     """After this worker's tests: no test changed a shared build's files (:mod:`kit_cache`; a test changes a copy)."""
     yield
     changed = changed_kits(tmp_path_factory)
-    assert not changed, f"a test changed the shared kit builds {changed} (it should change a copy: kit_cache.kit_copy)"
+    assert not changed, f"a test changed the shared kit builds {changed} (it should change a copy: shutil.copytree)"
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,7 @@
 
 A build is named by the sha256 of its world's folder (every file beside ``world.json``) and the canonical
 BuildConfig; the first worker to ask builds it under a file lock in the run's shared temporary folder, the others
-wait and read it. A cached kit is shared: a test that changes a kit copies it first (:func:`kit_copy`). The tests
+wait and read it. A cached kit is shared: a test that changes a kit copies it first (``shutil.copytree``). The tests
 whose subject is building (twice to identical bytes, interrupted, its progress, its errors) call ``build_kit``.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -101,8 +100,3 @@ def changed_kits(factory: pytest.TempPathFactory) -> list[str]:
     root = _cache_root(factory)
     return [entry.name for entry in sorted(root.iterdir()) if (entry / "record.json").is_file()
             and json.loads((entry / "tree.json").read_text(encoding="utf-8")) != _tree(entry / "out")]
-
-
-def kit_copy(kit: Path, into: Path) -> Path:
-    """A private copy of a shared kit folder under ``into`` (for a test that changes it)."""
-    return Path(shutil.copytree(kit, into / kit.name))
