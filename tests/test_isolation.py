@@ -56,9 +56,31 @@ def test_a_build_opens_the_same_databases_however_many_episodes_it_runs(tmp_path
     counted.update(connections=0, episodes=0)
     build_kit(world, tmp_path / "many", BuildConfig(train_cases_per_task=8, eval_cases_per_task=3))
     assert counted["episodes"] > few["episodes"] + 20
-    # the seed built from inline rows, the working copy, the pristine copy and the entity lookups' read-only copy
-    # (world_format.entities): never one per episode
-    assert counted["connections"] == few["connections"] == 4
+    # the seed built from inline rows, the working copy, and one read-only copy that is both the pristine state and
+    # what the entity lookups read (LoadedWorld.seed_copy): never one per episode
+    assert counted["connections"] == few["connections"] == 3
+
+
+def test_runtimes_of_a_loaded_world_share_one_read_only_copy_for_the_starting_state(small_world_file: Path) -> None:
+    loaded = load_world(small_world_file)
+    first, second = loaded.runtime(), loaded.runtime()
+    try:
+        assert first.pristine is second.pristine is loaded.seed_copy.connection
+        assert first.conn is not second.conn
+        minter = Minter(loaded.world, first, seed=42, eval_percent=20, serialized=loaded.seed_copy)
+        assert minter.sides.entities.seed is loaded.seed_copy
+        with first.episode() as episode:  # an episode's writes reach neither the shared copy nor the other runtime
+            episode.call("cancel_order", {"order_id": 100})
+            status = "SELECT status FROM orders WHERE id = 100"
+            (change,) = episode.changes()  # "before" is read from the shared copy, "after" from the working copy
+            assert change.before is not None and change.after is not None
+            assert (change.before["status"],) == loaded.seed_copy.rows(status)[0] != (change.after["status"],)
+            assert first.conn.execute(status).fetchone() != loaded.seed_copy.rows(status)[0]
+            assert second.conn.execute(status).fetchone() == loaded.seed_copy.rows(status)[0]
+        first.close()  # closing a runtime leaves the shared copy open for the others
+        assert second.pristine.execute(status).fetchone() == loaded.seed_copy.rows(status)[0]
+    finally:
+        second.close()
 
 
 def test_the_seed_is_scanned_once_however_many_runtimes_and_episodes(small_world_file: Path) -> None:

@@ -72,10 +72,12 @@ class Entities:
     so the object may be shared by runtimes.
     """
 
-    def __init__(self, world: World, conn: sqlite3.Connection | bytes) -> None:
+    def __init__(self, world: World, conn: sqlite3.Connection | bytes | SeedCopy) -> None:
+        """``conn``: the seed, as a connection or its serialized bytes (a private copy is made), or a read-only
+        copy of it to share (:attr:`world_format.loaded.LoadedWorld.seed_copy`, no copy made)."""
         self._world = world
         self._tables = {table.name: table for table in world.state.tables}
-        self.seed = SeedCopy(conn)
+        self.seed = conn if isinstance(conn, SeedCopy) else SeedCopy(conn)
         """The private copy of the seed every lookup reads (shared with other on-demand readers of the seed)."""
         self._keys: dict[Row, Any] = {}
         self._missing: set[Row] = set()

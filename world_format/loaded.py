@@ -16,6 +16,7 @@ from world_format.canonical import canonical_bytes, sha256_hex
 from .errors import WorldFormatError
 from .models import World
 from .runtime import DigestCache, WorldRuntime, strict_tables
+from .seed_copy import SeedCopy
 from .sqlguard import open_memory_copy
 from .state import TableDigest, state_hash
 
@@ -64,9 +65,17 @@ class LoadedWorld:
         """Identity of the world, equal for both on-disk forms."""
         return sha256_hex(canonical_bytes({"world": world_document(self.world, None), "state": self.seed_state_hash}))
 
+    @cached_property
+    def seed_copy(self) -> SeedCopy:
+        """One read-only in-memory copy of the seed, made when first asked for and kept while this object lives:
+        the pristine state of every runtime :meth:`runtime` makes and the build's entity lookups read it."""
+        return SeedCopy(self.seed)
+
     def runtime(self, timeout_s: float = 2.0) -> WorldRuntime:
-        """A fresh runtime for isolated episodes (sharing this world's seed digests)."""
-        return WorldRuntime(self.world, self.seed, timeout_s=timeout_s, digests=self.digests)
+        """A fresh runtime for isolated episodes (sharing this world's seed digests and its read-only
+        :attr:`seed_copy` for the starting state; its working copy is its own)."""
+        return WorldRuntime(self.world, self.seed, timeout_s=timeout_s, digests=self.digests,
+                            pristine=self.seed_copy)
 
 
 def world_document(world: World, seed: str | None) -> dict[str, Any]:

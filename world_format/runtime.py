@@ -21,6 +21,7 @@ from world_format.errors import ToolCallError, WorldFormatError
 from .executor import CompiledTool, compile_tool, execute_tool
 from .keys import key_expression, key_from_sql, key_parameters, key_where, normalize_key
 from .models import State, Table, World
+from .seed_copy import SeedCopy
 from .sqlguard import CHANGE_LOG_TABLE, TRIGGER_PREFIX, Guard, open_memory_copy
 from .state import MODULUS, TableDigest, check_seed_text, normalize_value, quote_identifier, state_hash
 
@@ -207,12 +208,19 @@ class WorldRuntime:
     """Executes tools of one world against isolated episodes of its seed state."""
 
     def __init__(self, world: World, seed: bytes, *, timeout_s: float = 2.0,
-                 digests: DigestCache | None = None, memo: dict[str, Any] | None = None) -> None:
+                 digests: DigestCache | None = None, memo: dict[str, Any] | None = None,
+                 pristine: SeedCopy | None = None) -> None:
+        """``pristine``: a shared read-only copy of the same ``seed`` to read the starting state from (the runtime
+        neither changes nor closes it); without it the runtime makes a private one."""
         self.world = world
         self.tables = {table.name: table for table in world.state.tables}
         self.conn = open_memory_copy(seed)
-        self.pristine = open_memory_copy(seed)
-        self.pristine.execute("PRAGMA query_only=ON")
+        self._owns_pristine = pristine is None
+        if pristine is None:
+            self.pristine = open_memory_copy(seed)
+            self.pristine.execute("PRAGMA query_only=ON")
+        else:
+            self.pristine = pristine.connection
         self.conn.execute("PRAGMA recursive_triggers=ON")
         self.strict = strict_tables(self.pristine)
         self._install_change_log()
@@ -284,9 +292,10 @@ class WorldRuntime:
                             digests=self.digests, memo=self.memo)
 
     def close(self) -> None:
-        """Close both connections."""
+        """Close the runtime's connections (the pristine copy only when it is the runtime's own)."""
         self.conn.close()
-        self.pristine.close()
+        if self._owns_pristine:
+            self.pristine.close()
 
 
 @dataclass

@@ -3,6 +3,10 @@
 Objects derived from a world and its seed (entity roots, the natural keys a procedure check looks for) are made
 once and shared by every fork of a runtime, so they may hold no connection a runtime owns and closes. When they
 read the seed on demand rather than all at once, they read this copy, taken when they are made.
+
+A loaded world makes one such copy of its seed (:attr:`world_format.loaded.LoadedWorld.seed_copy`) and shares it:
+its runtimes read their pristine state from it and the build's entity lookups read it, instead of each holding a
+copy of its own (one in-memory copy of a large seed costs about a second of page faults).
 """
 
 from __future__ import annotations
@@ -23,6 +27,13 @@ class SeedCopy:
         self._conn = open_memory_copy(conn if isinstance(conn, bytes) else conn.serialize())
         self._conn.execute("PRAGMA query_only=ON")
         self._lock = threading.Lock()
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The copy's read-only connection itself, for a runtime's pristine state (:class:`WorldRuntime`'s
+        ``pristine``). It may be used from several threads (SQLite's serialized mode, ``sqlite3.threadsafety``
+        3); whoever uses it must not close it or change its settings."""
+        return self._conn
 
     def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
         """Every row of one read-only statement (a list of tuples)."""

@@ -82,7 +82,7 @@ def _checks_first(loaded: LoadedWorld | None) -> Iterator[None]:
 
 def _execute(loaded: LoadedWorld, runtime: WorldRuntime, config: BuildConfig, progress: Progress) -> Executed:
     """Mint, gate, split and replay: every step an episode of ``runtime``, never a copy of the seed."""
-    minter = Minter(loaded.world, runtime, config.seed, config.eval_percent, loaded.seed)
+    minter = Minter(loaded.world, runtime, config.seed, config.eval_percent, loaded.seed_copy)
     entries = candidates(loaded, minter, config, progress)
     gate_candidates(runtime, minter, entries, progress)
     admitted = [entry for entry in entries if not entry.reasons and entry.instances]

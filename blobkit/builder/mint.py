@@ -25,6 +25,7 @@ from world_format.procedure_check import ProcedureChecker
 from world_format.quoting import amount, plain
 from world_format.quoting import quoted as quoted  # the templates quote as answers do
 from world_format.runtime import RowChange, WorldRuntime
+from world_format.seed_copy import SeedCopy
 from world_format.state import quote_identifier
 
 from .addressing import Address, Addresser
@@ -148,9 +149,10 @@ class Minter:
     """Instantiates specs on anchor rows, executing each chain to ground the task."""
 
     def __init__(self, world: World, runtime: WorldRuntime, seed: int, eval_percent: int,
-                 serialized: bytes | None = None) -> None:
+                 serialized: bytes | SeedCopy | None = None) -> None:
         """``serialized``: the seed's bytes when the caller holds them (the entity lookups' private copy is made
-        from them, one copy of the database fewer than serializing the runtime's)."""
+        from them, one copy of the database fewer than serializing the runtime's), or a read-only copy of the
+        seed to share (:attr:`world_format.loaded.LoadedWorld.seed_copy`: no copy made)."""
         self.world = world
         self.runtime = runtime
         self.seed = seed
