@@ -71,6 +71,50 @@ def test_background_digests_are_those_of_a_full_load(tmp_path: Path) -> None:
     assert background.seed_sha256 == hashlib.sha256((package / "seed.sqlite").read_bytes()).hexdigest()
 
 
+def _is_open(conn: sqlite3.Connection) -> bool:
+    try:
+        conn.execute("SELECT 1")
+    except sqlite3.ProgrammingError:  # closed
+        return False
+    return True
+
+
+def test_the_loaders_copy_becomes_the_first_runtimes_working_copy_and_the_checks_read_the_shared_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    package = _package(tmp_path)
+    connect, opened = sqlite3.connect, []
+
+    def counting_connect(*args: object, **kwargs: object) -> sqlite3.Connection:
+        conn = connect(*args, **kwargs)  # type: ignore[arg-type]
+        opened.append(conn)
+        return conn
+
+    def still_open() -> list[sqlite3.Connection]:  # the copies of the seed (scratch connections are closed)
+        return [conn for conn in opened if _is_open(conn)]
+
+    monkeypatch.setattr(sqlite3, "connect", counting_connect)
+    background = load_world(package, validate=False, background_checks=True)  # as the builder loads
+    first = background.runtime()
+    assert background.check_failure() is None
+    # two in-memory copies in all: the loader's (checked, then the working copy) and the shared read-only one
+    assert still_open() == [first.conn, background.seed_copy.connection]
+    assert first.pristine is background.seed_copy.connection
+    second = background.runtime()  # the spare is handed over once: later runtimes make their own working copy
+    assert still_open() == [first.conn, background.seed_copy.connection, second.conn]
+    full = load_world(package)
+    reference = full.runtime()
+    try:
+        with first.episode() as episode, reference.episode() as expected:  # the handed-over copy is the seed's
+            for each in (episode, expected):
+                each.call("cancel_order", {"order_id": 100})
+            assert episode.state_hash() == expected.state_hash()
+            assert episode.changes() == expected.changes()
+        assert background.seed_copy.connection.execute("SELECT 1").fetchone() == (1,)  # the checks left it open
+    finally:
+        for runtime in (first, second, reference):
+            runtime.close()
+
+
 def test_a_package_builds_the_kit_its_single_file_form_builds(tmp_path: Path) -> None:
     single = write_world(tmp_path / "src", small_world())
     package = write_package(load_world(single), tmp_path / "pkg")

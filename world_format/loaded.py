@@ -16,7 +16,7 @@ from world_format.canonical import canonical_bytes, sha256_hex
 from .errors import WorldFormatError
 from .models import World
 from .runtime import DigestCache, WorldRuntime, strict_tables
-from .seed_copy import SeedCopy
+from .seed_copy import SeedCopies, SeedCopy
 from .sqlguard import open_memory_copy
 from .state import TableDigest, state_hash
 
@@ -38,6 +38,8 @@ class LoadedWorld:
     """The seed's full-read checks still running (``load_world(..., background_checks=True)``), else None."""
     seed_sha256: str | None = field(default=None, compare=False, repr=False)
     """sha256 (hex) of :attr:`seed` when the loader already computed it (the package's checksum), else None."""
+    copies: SeedCopies = field(default_factory=SeedCopies, compare=False, repr=False)
+    """The seed's in-memory copies shared by its runtimes (:attr:`seed_copy`) or handed to the first one."""
 
     def check_failure(self) -> WorldFormatError | None:
         """Wait for the seed checks still running; their first failure, or None (also when none were running)."""
@@ -65,17 +67,19 @@ class LoadedWorld:
         """Identity of the world, equal for both on-disk forms."""
         return sha256_hex(canonical_bytes({"world": world_document(self.world, None), "state": self.seed_state_hash}))
 
-    @cached_property
+    @property
     def seed_copy(self) -> SeedCopy:
         """One read-only in-memory copy of the seed, made when first asked for and kept while this object lives:
-        the pristine state of every runtime :meth:`runtime` makes and the build's entity lookups read it."""
-        return SeedCopy(self.seed)
+        the pristine state of every runtime :meth:`runtime` makes, the build's entity lookups and a packaged seed's
+        background checks read it."""
+        return self.copies.shared(self.seed)
 
     def runtime(self, timeout_s: float = 2.0) -> WorldRuntime:
         """A fresh runtime for isolated episodes (sharing this world's seed digests and its read-only
-        :attr:`seed_copy` for the starting state; its working copy is its own)."""
+        :attr:`seed_copy` for the starting state). Its working copy is its own: the loader's copy of the seed when
+        the loader left one (``load_world(..., background_checks=True)``: the first runtime), else a new one."""
         return WorldRuntime(self.world, self.seed, timeout_s=timeout_s, digests=self.digests,
-                            pristine=self.seed_copy)
+                            pristine=self.seed_copy, working=self.copies.take_spare())
 
 
 def world_document(world: World, seed: str | None) -> dict[str, Any]:

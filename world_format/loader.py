@@ -26,6 +26,7 @@ from .manifest import check_bytes, check_listing
 from .models import World
 from .runtime import DigestCache, text_checked_digests
 from .seed_checks import SeedChecks
+from .seed_copy import SeedCopies
 from .sqlguard import open_memory_copy
 from .state import TableDigest, build_seed, check_seed
 from .validate import validate_world
@@ -192,8 +193,12 @@ def _load_package(directory: Path, budget: Budget, background_checks: bool = Fal
         except BaseException:
             conn.close()
             raise
-        checks = SeedChecks(conn, world.state, str(directory))  # closes conn when done
-        return LoadedWorld(world, seed, "package", directory, DigestCache(pending=checks.digests), checks, known)
+        # the checks read the shared read-only copy (made on their thread); the loader's copy, which the checks
+        # above only read, becomes the first runtime's working copy: one copy of the seed fewer
+        copies = SeedCopies(spare=conn)
+        checks = SeedChecks(lambda: copies.shared(seed).connection, world.state, str(directory))
+        return LoadedWorld(world, seed, "package", directory, DigestCache(pending=checks.digests), checks, known,
+                           copies)
     digests: dict[str, TableDigest] = {}
     try:  # the text check is the seed digest's pass (one pass over the rows for both)
         check_seed(conn, world.state, str(directory),

@@ -209,12 +209,14 @@ class WorldRuntime:
 
     def __init__(self, world: World, seed: bytes, *, timeout_s: float = 2.0,
                  digests: DigestCache | None = None, memo: dict[str, Any] | None = None,
-                 pristine: SeedCopy | None = None) -> None:
+                 pristine: SeedCopy | None = None, working: sqlite3.Connection | None = None) -> None:
         """``pristine``: a shared read-only copy of the same ``seed`` to read the starting state from (the runtime
-        neither changes nor closes it); without it the runtime makes a private one."""
+        neither changes nor closes it); without it the runtime makes a private one. ``working``: a connection from
+        :func:`world_format.sqlguard.open_memory_copy` of ``seed``, never written and no longer used by anyone else,
+        to take as the working copy (the runtime owns and closes it); without it the runtime makes one."""
         self.world = world
         self.tables = {table.name: table for table in world.state.tables}
-        self.conn = open_memory_copy(seed)
+        self.conn = open_memory_copy(seed) if working is None else working
         self._owns_pristine = pristine is None
         if pristine is None:
             self.pristine = open_memory_copy(seed)

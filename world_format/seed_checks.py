@@ -1,17 +1,21 @@
 """A packaged seed's full-read checks, run on a thread while the caller goes on (a build mints meanwhile).
 
 The checks that read every row of the seed (foreign keys, UTF-8 text, JSON columns) and the seed digest, whose
-pass is the text check (:func:`world_format.runtime.text_checked_digests`), run on the loader's own connection
-on a background thread; the cheap checks (``quick_check``, the schema) have already passed, so nothing reads a
-database SQLite finds corrupt. The digests are handed over as soon as they are known; the verdict is waited for
-before anything is published. When several checks fail, the failure reported is the one :func:`check_seed`
-would raise (foreign keys, then text, then JSON), whatever order they ran in.
+pass is the text check (:func:`world_format.runtime.text_checked_digests`), run on a background thread on the
+loaded world's shared read-only copy of the seed (:class:`world_format.seed_copy.SeedCopies`, made on the thread;
+its runtimes read their starting state from it meanwhile: SQLite serializes the statements of one connection),
+while the loader's own copy becomes the first runtime's working copy; the cheap checks (``quick_check``, the
+schema) have already passed on that same seed, so nothing reads a database SQLite finds corrupt. The digests are
+handed over as soon as they are known; the verdict is waited for before anything is published. When several
+checks fail, the failure reported is the one :func:`check_seed` would raise (foreign keys, then text, then JSON),
+whatever order they ran in.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
+from collections.abc import Callable
 
 from world_format.errors import WorldFormatError
 
@@ -25,10 +29,13 @@ ORDER = ("foreign keys", "text", "json")
 
 
 class SeedChecks:
-    """The full-read checks of a seed, running on a thread on ``conn`` (which they close when done)."""
+    """The full-read checks of a seed, running on a thread on the connection ``connect()`` returns there (which they
+    read only, and close when done only if ``close`` is set)."""
 
-    def __init__(self, conn: sqlite3.Connection, state: State, source: str) -> None:
-        self._conn, self._state, self._source = conn, state, source
+    def __init__(self, connect: Callable[[], sqlite3.Connection], state: State, source: str, *,
+                 close: bool = False) -> None:
+        self._connect, self._state, self._source, self._close = connect, state, source, close
+        self._conn: sqlite3.Connection | None = None
         self._digests: dict[str, TableDigest] | None = None
         self._digested = threading.Event()
         self._closing = threading.Lock()
@@ -37,24 +44,31 @@ class SeedChecks:
 
     def _run(self) -> WorldFormatError | None:
         failed: dict[str, WorldFormatError] = {}
+        conn: sqlite3.Connection | None = None
         try:
             try:  # the digest first: the first probe needs it, the verdict only publishing
-                self._digests = text_checked_digests(self._conn, self._state, self._source)
+                conn = self._connect()
+                with self._closing:
+                    if self._closed:  # cancelled before the checks had a connection
+                        raise sqlite3.OperationalError("interrupted")
+                    self._conn = conn
+                self._digests = text_checked_digests(conn, self._state, self._source)
             except WorldFormatError as exc:
                 failed["text"] = exc
             finally:
                 self._digested.set()
-            for name, check in (("foreign keys",
-                                 lambda: check_foreign_keys(self._conn, self._state, self._source)),
-                                ("json", lambda: check_json_columns(self._conn, self._state, self._source))):
+            for name, check in (("foreign keys", check_foreign_keys), ("json", check_json_columns)):
+                if conn is None:  # no copy to read (its failure is the text check's)
+                    break
                 try:
-                    check()
+                    check(conn, self._state, self._source)
                 except WorldFormatError as exc:
                     failed[name] = exc
         finally:
             with self._closing:
-                self._conn.close()
-                self._closed = True
+                if self._close and conn is not None:
+                    conn.close()
+                self._conn, self._closed = None, True
         return next((failed[name] for name in ORDER if name in failed), None)
 
     def digests(self) -> dict[str, TableDigest]:
@@ -76,7 +90,9 @@ class SeedChecks:
             raise failure
 
     def cancel(self) -> None:
-        """Stop the check running now (the verdict is then an interrupted-statement error, never a pass)."""
+        """Stop the check running now (the verdict is then an interrupted-statement error, never a pass). On a
+        shared connection this interrupts its other statements running now too (the caller is giving up)."""
         with self._closing:
-            if not self._closed:
+            if self._conn is not None:
                 self._conn.interrupt()
+            self._closed = True

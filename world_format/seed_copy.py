@@ -18,6 +18,33 @@ from typing import Any
 from .sqlguard import open_memory_copy
 
 
+class SeedCopies:
+    """The in-memory copies of one loaded seed that are shared or handed over rather than made again.
+
+    * :meth:`shared`: one read-only :class:`SeedCopy`, made by whoever asks first (from any thread) and kept;
+    * :meth:`take_spare`: a connection already holding an unchanged copy of the seed (the loader's, once its checks
+      no longer read it), handed to the first caller and then forgotten: the first runtime's working copy.
+    """
+
+    def __init__(self, spare: sqlite3.Connection | None = None) -> None:
+        self._lock = threading.Lock()
+        self._shared: SeedCopy | None = None
+        self._spare = spare
+
+    def shared(self, seed: bytes) -> SeedCopy:
+        """The shared read-only copy of ``seed`` (the same bytes every call), made on the first call."""
+        with self._lock:
+            if self._shared is None:
+                self._shared = SeedCopy(seed)
+            return self._shared
+
+    def take_spare(self) -> sqlite3.Connection | None:
+        """The spare connection, once (the caller owns it from then on), else None."""
+        with self._lock:
+            spare, self._spare = self._spare, None
+            return spare
+
+
 class SeedCopy:
     """A read-only in-memory copy of the database ``conn`` holds (later writes to ``conn`` are not seen), or of
     the serialized database ``conn`` (the seed's bytes: no serialization, one copy fewer); reads from several
