@@ -8,6 +8,7 @@ import hashlib
 import json
 import random
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from blobkit.errors import WorldFormatError
 from world_format.loader import load_world
 from world_format.models import State
 from world_format.pack import write_package
+from world_format.seed_checks import SeedChecks
 from world_format.state import check_foreign_keys, create_index_sql, create_table_sql, foreign_key_checks
 
 SMALL = BuildConfig(train_cases_per_task=4, eval_cases_per_task=2)
@@ -113,6 +115,22 @@ def test_the_loaders_copy_becomes_the_first_runtimes_working_copy_and_the_checks
     finally:
         for runtime in (first, second, reference):
             runtime.close()
+
+
+def test_checks_cancelled_before_they_have_a_connection_never_pass(tmp_path: Path) -> None:
+    loaded = load_world(_package(tmp_path), validate=False)
+    started = threading.Event()
+
+    def connect() -> sqlite3.Connection:
+        started.wait()
+        return loaded.seed_copy.connection
+
+    checks = SeedChecks(connect, loaded.world.state, "here")
+    checks.cancel()
+    started.set()
+    with pytest.raises(sqlite3.OperationalError, match="interrupted"):
+        checks.verdict()
+    assert loaded.seed_copy.connection.execute("SELECT 1").fetchone() == (1,)  # a shared copy is left open
 
 
 def test_a_package_builds_the_kit_its_single_file_form_builds(tmp_path: Path) -> None:

@@ -1,8 +1,9 @@
 """Isolated episodes over a world's state, with change capture and incremental hashing.
 
-One :class:`WorldRuntime` holds the seed in memory twice: a working copy that episodes
+One :class:`WorldRuntime` reads the seed in memory twice: a working copy that episodes
 change inside a savepoint (rolled back when the episode ends) and a pristine copy for
-"before" values. blobkit's own temp triggers log the primary key of every row a tool
+"before" values (its own, or a read-only copy shared by the runtimes of one loaded world,
+:attr:`world_format.loaded.LoadedWorld.seed_copy`). blobkit's own temp triggers log the primary key of every row a tool
 touches, so an episode's diff and its state hash cost O(rows changed), not O(database).
 """
 

@@ -29,12 +29,11 @@ ORDER = ("foreign keys", "text", "json")
 
 
 class SeedChecks:
-    """The full-read checks of a seed, running on a thread on the connection ``connect()`` returns there (which they
-    read only, and close when done only if ``close`` is set)."""
+    """The full-read checks of a seed, running on a thread on the connection ``connect()`` returns there (a shared
+    copy of the seed, which they only read and leave open)."""
 
-    def __init__(self, connect: Callable[[], sqlite3.Connection], state: State, source: str, *,
-                 close: bool = False) -> None:
-        self._connect, self._state, self._source, self._close = connect, state, source, close
+    def __init__(self, connect: Callable[[], sqlite3.Connection], state: State, source: str) -> None:
+        self._connect, self._state, self._source = connect, state, source
         self._conn: sqlite3.Connection | None = None
         self._digests: dict[str, TableDigest] | None = None
         self._digested = threading.Event()
@@ -66,8 +65,6 @@ class SeedChecks:
                     failed[name] = exc
         finally:
             with self._closing:
-                if self._close and conn is not None:
-                    conn.close()
                 self._conn, self._closed = None, True
         return next((failed[name] for name in ORDER if name in failed), None)
 
