@@ -16,10 +16,11 @@ import pytest
 
 pytest.importorskip("llguidance")
 
-from trainers.constrained import ToolCallConstraint, conversation_values, key_parameters  # noqa: E402
+from trainers.constrained import ToolCallConstraint, call_schema  # noqa: E402
 from trainers.errors import ConfigError  # noqa: E402
 from trainers.evaluation import model_policy, replay_trajectory, run_episodes  # noqa: E402
 from trainers.formats import format_of, get_format  # noqa: E402
+from world_format.evidence import KeySpace, conversation_evidence, key_space  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -46,16 +47,94 @@ def _accepts(constraint: ToolCallConstraint, tokenizer: Any, messages: list[dict
 
 def test_the_values_a_row_naming_argument_may_take_come_from_the_conversation(retail_kit: Any) -> None:
     messages, _ = _conversation(retail_kit)
-    strings, integers = conversation_values(messages)
-    assert {"bo@example.com", "ada@example.com", "shipped"} <= set(strings)
-    assert {50124, 50123, 7} <= set(integers)
-    assert conversation_values([{"role": "assistant", "content": "order 999"}]) == ([], [])
+    evidence = conversation_evidence(messages, key_space(retail_kit.world().world))
+    assert {"bo@example.com", "ada@example.com"} <= set(evidence.values("string", "customers.email"))
+    assert {50124, 50123} <= set(evidence.values("integer", "orders.id"))
+    assert 7 in evidence.values("integer", "customers.id") and 7 not in evidence.values("integer", "orders.id")
+    assert not conversation_evidence([{"role": "assistant", "content": "order 999"}],
+                                     KeySpace(parameters={}, sources={})).values("integer", "orders.id")
+
+
+def _arguments(schema: dict[str, Any] | None, tool: str) -> dict[str, Any] | None:
+    """The arguments schema ``call_schema`` gives ``tool`` (None: the tool cannot be called)."""
+    for option in (schema or {}).get("anyOf", []):
+        if option["properties"]["name"]["const"] == tool:
+            return option["properties"]["arguments"]
+    return None
+
+
+def test_an_observed_value_names_only_what_its_result_column_holds(retail_kit: Any) -> None:
+    """The customer's id ``find_customer_by_email`` answered is no order id: before ``list_orders`` shows one, no
+    tool that needs an order id can be called; after it, exactly the listed ids can be given."""
+    world = retail_kit.world().world
+    keys, tools = key_space(world), [tool.function_spec() for tool in world.tools]
+    found = {"role": "tool", "name": "find_customer_by_email",
+             "content": json.dumps({"id": 1045, "email": "ada@example.com", "name": "Ada Lee"})}
+    messages = [{"role": "user", "content": "I'm ada@example.com: please cancel my latest order."}, found]
+    schema = call_schema(tools, keys, messages)
+    assert _arguments(schema, "get_order") is None and _arguments(schema, "cancel_order") is None
+    assert _arguments(schema, "list_orders")["properties"]["customer_id"]["enum"] == [1045]
+    listed = {"role": "tool", "name": "list_orders", "content": json.dumps([{"id": 50989, "total": 310.97},
+                                                                             {"id": 50634, "total": 134.99}])}
+    cancel = _arguments(call_schema(tools, keys, [*messages, listed]), "cancel_order")
+    assert cancel is not None and cancel["properties"]["order_id"]["enum"] == [50989, 50634]
+    # the customer's own words always count: an order number they state may be wrong, and the tool says so
+    said = call_schema(tools, keys, [{"role": "user", "content": "Cancel order 12345, I'm ada@example.com."}])
+    assert 12345 in _arguments(said, "cancel_order")["properties"]["order_id"]["enum"]
+    # an observation that is not JSON (an error) is text of unknown source
+    error = call_schema(tools, keys, [*messages, {"role": "tool", "name": "list_orders",
+                                                  "content": "error: order 777 is locked"}])
+    assert 777 in _arguments(error, "get_order")["properties"]["order_id"]["enum"]
+
+
+def test_names_runs_of_words_and_lists_of_keys_come_from_the_conversation(example_kits: dict[str, Path]) -> None:
+    from world_format.kit import open_kit
+
+    with open_kit(example_kits["library_desk"]) as kit:
+        world = kit.world().world
+    keys, tools = key_space(world), [tool.function_spec() for tool in world.tools]
+    messages = [{"role": "user", "content": "I'm Ana Maria Lee, zip 97201. Renew my loans please."}]
+    finder = _arguments(call_schema(tools, keys, messages), "find_patron_by_name_zip")
+    assert finder is not None and "Ana Maria Lee" in finder["properties"]["name"]["enum"]
+    assert "97201" in finder["properties"]["zip"]["enum"]
+    unnumbered = [{"role": "user", "content": "I'm ana@example.com. Renew my loans please."}]
+    assert _arguments(call_schema(tools, keys, unnumbered), "renew_loans") is None  # no patron or loan shown yet
+    loans = {"role": "tool", "name": "list_loans", "content": json.dumps([{"loan_id": 11, "fine_cents": 250},
+                                                                          {"loan_id": 12, "fine_cents": 0}])}
+    patron = {"role": "tool", "name": "find_patron_by_name_zip", "content": json.dumps({"patron_id": 4})}
+    renew = _arguments(call_schema(tools, keys, [*unnumbered, patron, loans]), "renew_loans")
+    assert renew is not None and renew["properties"]["loan_ids"]["items"]["enum"] == [11, 12]
+    assert renew["properties"]["patron_id"]["enum"] == [4]
+
+
+def test_every_reference_call_of_every_example_kit_is_one_the_grammar_admits(example_kits: dict[str, Path]) -> None:
+    """Constrained decoding can always write the kit's own executed chains: each tool call of every SFT row,
+    against the schema built from the conversation before it (a call naming a row nobody showed would be refused;
+    airline's compensation hand-off once named a booking the customer never gave)."""
+    import jsonschema
+
+    from world_format.kit import open_kit
+
+    for name, path in sorted(example_kits.items()):
+        with open_kit(path) as kit:
+            keys = key_space(kit.world().world)
+            rows = kit.rows()
+        refused = []
+        for row in rows:
+            messages = row["messages"]
+            for index, message in enumerate(messages):
+                for call in message.get("tool_calls") or []:
+                    instance = {"name": call["function"]["name"], "arguments": call["function"]["arguments"]}
+                    schema = call_schema(row["tools"], keys, messages[:index])
+                    if schema is None or not jsonschema.Draft202012Validator(schema).is_valid(instance):
+                        refused.append(instance)
+        assert rows and not refused, (name, refused[:3])
 
 
 def test_the_grammar_admits_declared_calls_with_valid_arguments_and_conversation_keys_only(
         retail_kit: Any, tiny: tuple[Any, Any]) -> None:
     _, tokenizer = tiny
-    constraint = ToolCallConstraint(tokenizer, format_of(tokenizer), key_parameters(retail_kit.world().world))
+    constraint = ToolCallConstraint(tokenizer, format_of(tokenizer), key_space(retail_kit.world().world))
     messages, tools = _conversation(retail_kit)
 
     def call(name: str, arguments: dict[str, Any]) -> str:
@@ -78,7 +157,7 @@ def test_the_grammar_admits_declared_calls_with_valid_arguments_and_conversation
 def test_formats_that_do_not_write_tool_call_json_blocks_are_refused(tiny: tuple[Any, Any]) -> None:
     _, tokenizer = tiny
     with pytest.raises(ConfigError, match="--decoding free"):
-        ToolCallConstraint(tokenizer, get_format("llama3"), {})
+        ToolCallConstraint(tokenizer, get_format("llama3"), KeySpace(parameters={}, sources={}))
 
 
 def test_random_walks_through_the_grammar_are_calls_the_world_accepts(retail_kit: Any, tiny: tuple[Any, Any]) -> None:
@@ -87,7 +166,7 @@ def test_random_walks_through_the_grammar_are_calls_the_world_accepts(retail_kit
     import torch
 
     _, tokenizer = tiny
-    constraint = ToolCallConstraint(tokenizer, format_of(tokenizer), key_parameters(retail_kit.world().world))
+    constraint = ToolCallConstraint(tokenizer, format_of(tokenizer), key_space(retail_kit.world().world))
     messages, tools = _conversation(retail_kit)
     runtime, rng, finished = retail_kit.world().runtime(), random.Random(0), 0
     fmt = format_of(tokenizer)

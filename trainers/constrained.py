@@ -10,8 +10,10 @@ triton and apache-tvm-ffi, and outlines was not tried). The grammar of one turn 
 * the name is one of the declared tools (the prompt's tool list), and the arguments are valid against that tool's
   JSON Schema (types, enums, required fields, no other properties);
 * a parameter that names a row (the tool's ``anchors``: an order number, an email, a customer id) takes only values
-  that appear in the conversation so far: the customer's words and earlier observations
-  (:func:`conversation_values`); when none of the right type appears it keeps its declared schema.
+  that appear in the conversation so far as values of what it names (:class:`Evidence`): the customer's words and
+  numbers, and what observations showed under a result column holding that column (an order id that
+  ``list_orders`` listed, never the customer id ``find_customer_by_email`` answered); a tool whose required
+  row-naming argument has no such value yet cannot be called in this turn.
 
 Only the model's choice of tokens changes: the text is parsed, validated against the declared schemas, executed
 and judged exactly as a free turn is (tests/test_constrained.py replays constrained episodes through the free
@@ -26,7 +28,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from world_format.models import World
+from world_format.evidence import Evidence, KeySpace, conversation_evidence
 
 from .errors import ConfigError
 from .formats import ToolFormat
@@ -35,99 +37,77 @@ from .formats.hermes import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 Decoding = Literal["free", "constrained"]
 SUPPORTED_FORMATS = ("blobkit", "hermes")
 """Formats whose calls are ``<tool_call>`` blocks of JSON, which the grammar writes."""
-_INTEGER = re.compile(r"(?<![\w.])-?\d+(?![\w.]*\d)")
-_WORD = re.compile(r"[^\s\"'(),;:!?<>\[\]{}]+")
 
 
-def key_parameters(world: World) -> dict[str, frozenset[str]]:
-    """``{tool: parameters that name a row}``: the parameters each tool declares in its ``anchors``."""
-    return {tool.name: frozenset(tool.anchors) for tool in world.tools if tool.anchors}
-
-
-def _strings(value: Any) -> list[str]:
-    """Every string and number (as text) inside a JSON value."""
-    if isinstance(value, dict):
-        return [text for item in value.values() for text in _strings(item)]
-    if isinstance(value, list):
-        return [text for item in value for text in _strings(item)]
-    if isinstance(value, bool) or value is None:
-        return []
-    return [str(value)]
-
-
-def conversation_values(messages: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[int]]:
-    """(strings, integers) a row-naming argument may take: what the customer and the observations said so far (the
-    system prompt and the assistant's own words are not evidence), in order of appearance, each once.
-
-    Strings: every whitespace-delimited word (surrounding punctuation and a sentence's final full stop dropped) and
-    every string of a JSON observation; integers: every integer written in that text.
-    """
-    strings: dict[str, None] = {}
-    integers: dict[int, None] = {}
-    for message in messages:
-        if message.get("role") not in ("user", "tool") or not isinstance(message.get("content"), str):
-            continue
-        text = message["content"]
-        values: list[str] = []
-        if message.get("role") == "tool":
-            try:
-                values = _strings(json.loads(text))
-            except ValueError:
-                values = []
-        for piece in (text, *values):
-            for word in _WORD.findall(piece):
-                strings.setdefault(word.rstrip("."), None)
-            for number in _INTEGER.findall(piece):
-                integers.setdefault(int(number), None)
-        for value in values:
-            strings.setdefault(value, None)
-    return [s for s in strings if s], list(integers)
-
-
-def _restricted(schema: Mapping[str, Any], strings: list[str], integers: list[int]) -> dict[str, Any]:
-    """A row-naming parameter's schema, its values restricted to those of its type the conversation holds."""
+def _restricted(schema: Mapping[str, Any], root: str, evidence: Evidence) -> dict[str, Any] | None:
+    """A row-naming parameter's schema with its values restricted to the evidence for ``root``; None when its type
+    is restricted and the conversation holds no value for it (the argument cannot be given yet). A parameter with
+    an enum, or of another type, keeps its schema; an array's items are restricted."""
     kind = schema.get("type")
-    values: list[Any] = strings if kind == "string" else integers if kind == "integer" else []
-    if "enum" in schema or not values:
+    if kind == "array" and isinstance(schema.get("items"), dict):
+        items = _restricted(schema["items"], root, evidence)
+        return None if items is None else {**schema, "items": items}
+    if "enum" in schema or kind not in ("string", "integer"):
         return dict(schema)
-    return {**schema, "enum": values}
+    values = evidence.values(kind, root)
+    return {**schema, "enum": values} if values else None
 
 
-def call_schema(tools: Sequence[Mapping[str, Any]], keys: Mapping[str, frozenset[str]],
-                messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def _call_option(function: Mapping[str, Any], named: Mapping[str, str], evidence: Evidence) -> dict[str, Any] | None:
+    """The JSON Schema of one call of ``function`` (None when a required row-naming argument has no evidence)."""
+    parameters = json.loads(json.dumps(function.get("parameters") or {"type": "object"}))
+    properties = parameters.get("properties") or {}
+    required = set(parameters.get("required") or ())
+    for name, root in named.items():
+        if name not in properties:
+            continue
+        restricted = _restricted(properties[name], root, evidence)
+        if restricted is not None:
+            properties[name] = restricted
+        elif name in required:
+            return None
+        else:
+            del properties[name]
+    parameters.setdefault("additionalProperties", False)
+    return {"type": "object", "properties": {"name": {"const": function["name"]}, "arguments": parameters},
+            "required": ["name", "arguments"], "additionalProperties": False}
+
+
+def call_schema(tools: Sequence[Mapping[str, Any]], keys: KeySpace,
+                messages: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """The JSON Schema of one call: ``{"name": <a declared tool>, "arguments": <valid for that tool>}``, with
-    row-naming arguments restricted to the conversation's values."""
-    strings, integers = conversation_values(messages)
+    row-naming arguments restricted to the conversation's evidence for them; a tool whose required row-naming
+    argument has none is left out (None when every tool is)."""
+    evidence = conversation_evidence(messages, keys)
     options = []
     for tool in tools:
         function = tool.get("function", tool)
-        parameters = json.loads(json.dumps(function.get("parameters") or {"type": "object"}))
-        properties = parameters.get("properties") or {}
-        for name in keys.get(function["name"], ()):
-            if name in properties:
-                properties[name] = _restricted(properties[name], strings, integers)
-        parameters.setdefault("additionalProperties", False)
-        options.append({"type": "object", "properties": {"name": {"const": function["name"]},
-                                                         "arguments": parameters},
-                        "required": ["name", "arguments"], "additionalProperties": False})
+        option = _call_option(function, keys.parameters.get(function["name"], {}), evidence)
+        if option is not None:
+            options.append(option)
+    if not options:
+        return None
     return {"anyOf": options, "x-guidance": {"whitespace_flexible": False, "item_separator": ", ",
                                              "key_separator": ": "}}
 
 
-def turn_grammar(tools: Sequence[Mapping[str, Any]], keys: Mapping[str, frozenset[str]],
+def turn_grammar(tools: Sequence[Mapping[str, Any]], keys: KeySpace,
                  messages: Sequence[Mapping[str, Any]], tags: tuple[str, str] | None = None) -> str:
     """The Lark grammar (llguidance's dialect) of one assistant turn after ``messages`` (module docstring).
 
     ``tags``: how the grammar writes ``<tool_call>`` and ``</tool_call>`` (:func:`_tag`: the token itself where the
     tokenizer holds it as one, else the text)."""
-    schema = json.dumps(call_schema(tools, keys, messages), ensure_ascii=False)
+    schema = call_schema(tools, keys, messages)
+    text = f"TEXT: /(?s:.+)/ & ~/(?s:.*{re.escape(TOOL_CALL_OPEN)}.*)/"
+    if schema is None:
+        return "\n".join(["start: TEXT", text, ""])
     open_tag, close_tag = tags or (json.dumps(TOOL_CALL_OPEN), json.dumps(TOOL_CALL_CLOSE))
     return "\n".join([
         "start: TEXT | calls",
-        f"TEXT: /(?s:.+)/ & ~/(?s:.*{re.escape(TOOL_CALL_OPEN)}.*)/",
+        text,
         'calls: call ("\\n" call)*',
         f'call: {open_tag} "\\n" args "\\n" {close_tag}',
-        f"args: %json {schema}",
+        f"args: %json {json.dumps(schema, ensure_ascii=False)}",
         ""])
 
 
@@ -196,9 +176,9 @@ class TurnMatcher:
 
 class ToolCallConstraint:
     """Builds each turn's :class:`TurnMatcher` for one tokenizer and tool format (and the world's row-naming
-    parameters, :func:`key_parameters`)."""
+    parameters, :func:`world_format.evidence.key_space`)."""
 
-    def __init__(self, tokenizer: Any, fmt: ToolFormat, keys: Mapping[str, frozenset[str]]) -> None:
+    def __init__(self, tokenizer: Any, fmt: ToolFormat, keys: KeySpace) -> None:
         if fmt.name not in SUPPORTED_FORMATS:
             raise ConfigError(f"--decoding constrained writes <tool_call> JSON blocks ({', '.join(SUPPORTED_FORMATS)}"
                               f" formats); this base uses the {fmt.name} format: use --decoding free")
@@ -207,7 +187,7 @@ class ToolCallConstraint:
             import llguidance.hf
         except ImportError:
             raise ConfigError("--decoding constrained needs llguidance: pip install llguidance") from None
-        self.llguidance, self.keys = llguidance, dict(keys)
+        self.llguidance, self.keys = llguidance, keys
         self.tokenizer = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_ByteTokens(tokenizer)))
         self.tags = (_tag(tokenizer, TOOL_CALL_OPEN), _tag(tokenizer, TOOL_CALL_CLOSE))
 
@@ -219,7 +199,3 @@ class ToolCallConstraint:
             raise ConfigError(f"the constrained grammar of this turn does not compile: {matcher.get_error()}")
         return TurnMatcher(matcher, self.tokenizer.vocab_size)
 
-
-def constraint_for(decoding: Decoding, tokenizer: Any, fmt: ToolFormat, world: World) -> ToolCallConstraint | None:
-    """The constraint ``--decoding`` asks for (None for free decoding)."""
-    return ToolCallConstraint(tokenizer, fmt, key_parameters(world)) if decoding == "constrained" else None

@@ -25,6 +25,7 @@ from typing import Any, Literal
 from world_format.canonical import canonical_json
 from world_format.conversation import Conversation, prompt_messages
 from world_format.customer import Customer
+from world_format.evidence import key_space
 from world_format.judge import judge
 from world_format.kit import KitCase
 from world_format.models import Task, World
@@ -316,13 +317,13 @@ def turn_constraint(decoding: str, tokenizer: Any, fmt: ToolFormat, world: World
     """The :class:`trainers.constrained.ToolCallConstraint` ``decoding`` asks for, or None for free decoding."""
     if decoding == "free":
         return None
-    from .constrained import ToolCallConstraint, key_parameters
+    from .constrained import ToolCallConstraint
     from .errors import ConfigError
 
     if decoding != "constrained" or world is None:
         raise ConfigError(f"decoding {decoding!r} needs 'free', or 'constrained' with the world whose tools it "
                           "constrains")
-    return ToolCallConstraint(tokenizer, fmt, key_parameters(world))
+    return ToolCallConstraint(tokenizer, fmt, key_space(world))
 
 
 @dataclass(frozen=True)

@@ -333,10 +333,11 @@ WHERE l.status = 'confirmed'
 
 COMPENSATION = """
 SELECT f.flight_no, f.flight_date, c.email, l.booking_id,
-       CASE c.id % 2 WHEN 0 THEN 'My flight ' || f.flight_no || ' on ' || f.flight_date || ' was cancelled and I '
-                                 || 'want compensation. I''m ' || c.email || '.'
+       CASE c.id % 2 WHEN 0 THEN 'My flight ' || f.flight_no || ' on ' || f.flight_date || ' (booking '
+                                 || l.booking_id || ') was cancelled and I want compensation. I''m ' || c.email || '.'
                      ELSE 'This is ' || c.email || '. ' || f.flight_no || ' on ' || f.flight_date || ' got '
-                          || 'cancelled on me. What compensation do I get?' END AS instruction
+                          || 'cancelled on me, booking ' || l.booking_id || '. What compensation do I get?'
+       END AS instruction
 FROM flights f JOIN booking_legs l ON l.flight_no = f.flight_no AND l.flight_date = f.flight_date
 JOIN bookings b ON b.id = l.booking_id JOIN customers c ON c.id = b.customer_id
 WHERE f.status = 'cancelled' AND l.status = 'confirmed'
