@@ -18,6 +18,7 @@ from world_format.chain import final_answer, interleaved, observation_hash, run_
 from world_format.control import control_strings_in
 from world_format.conversation import Conversation
 from world_format.customer import Customer
+from world_format.evidence import Evidence, KeySpace, key_space, ungrounded_arguments
 from world_format.judge import judge, violations
 from world_format.models import ArgRef, Step, Task, UserTurn
 from world_format.procedure_check import ProcedureChecker
@@ -85,6 +86,10 @@ def attempt_messages(runtime: WorldRuntime, task: Task, attempt: Attempt,
     return conversation.messages
 
 
+KEY_SPACE_MEMO = "gate.key_space"
+"""Where :func:`_key_space` keeps the world's key space in :attr:`WorldRuntime.memo`."""
+
+
 @dataclass(frozen=True)
 class ReferenceRun:
     """The reference chain as executed: resolved calls, observation hashes, verdict, state."""
@@ -140,6 +145,33 @@ def _reference_reasons(reference: ReferenceRun) -> list[str]:
     return reasons
 
 
+def _key_space(runtime: WorldRuntime) -> KeySpace:
+    """The runtime's world's :class:`~world_format.evidence.KeySpace`, made once per runtime and its forks."""
+    found = runtime.memo.get(KEY_SPACE_MEMO)
+    if not isinstance(found, KeySpace):
+        found = runtime.memo[KEY_SPACE_MEMO] = key_space(runtime.world)
+    return found
+
+
+def _grounding_reasons(runtime: WorldRuntime, task: Task, reference: ReferenceRun) -> list[str]:
+    """A reference call that names a row before the customer or an observation gave it teaches an agent to guess:
+    each row-naming argument must be in the evidence (:mod:`world_format.evidence`) of the instruction, the
+    customer's turns before the call and the observations of the calls before it."""
+    keys, evidence = _key_space(runtime), Evidence()
+    evidence.add_text(task.instruction, phrases=True)
+    for index, (tool, arguments) in enumerate(reference.calls.calls):
+        for turn in task.turns:
+            if turn.after_step == index:
+                evidence.add_text(turn.user, phrases=True)
+        missing = ungrounded_arguments(evidence, keys.parameters.get(tool, {}), arguments)
+        if missing:
+            return [f"grounding: step {index} ({tool}) gives {', '.join(missing)}, which neither the customer nor "
+                    "an earlier observation stated: an agent could only guess it"]
+        if index < len(reference.observations):
+            evidence.add_observation(reference.observations[index], keys.sources.get(tool, {}))
+    return []
+
+
 def _write_removal(runtime: WorldRuntime, task: Task, reference: ReferenceRun) -> tuple[list[dict[str, Any]],
                                                                                           list[str]]:
     removal, reasons = [], []
@@ -173,7 +205,8 @@ def gate_task(runtime: WorldRuntime, task: Task, distractor: Task | None, *, che
     """
     reference = run_reference(runtime, task)
     matrix: dict[str, Any] = {"reference": reference.outcome.to_json()}
-    reasons = _control_reasons(task) + _reference_reasons(reference) + _procedure_reasons(checker, reference, matrix)
+    reasons = (_control_reasons(task) + _reference_reasons(reference) + _procedure_reasons(checker, reference, matrix)
+               + _grounding_reasons(runtime, task, reference))
     other = (distractor, run_reference(runtime, distractor).calls) if distractor is not None else None
     for name, attempt in attempts(runtime, task, reference.calls, other).items():
         if attempt is None:
