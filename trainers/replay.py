@@ -30,7 +30,7 @@ def replay_case(export: Path, kit: Kit, case_id: str | None = None, *, max_turns
     chosen = next((c for c in cases if case_id is None or c.case_id == case_id), None)
     if chosen is None:
         raise ConfigError(f"no held-out case {case_id!r} in {kit.root}")
-    trained = _trained_config(Path(export), kit)
+    trained = trained_config(Path(export), kit)
     turns = max_turns or trained.turn_cap
     tokens = max_new_tokens or trained.max_new_tokens
     runtime = kit.world().runtime()
@@ -41,7 +41,7 @@ def replay_case(export: Path, kit: Kit, case_id: str | None = None, *, max_turns
         runtime.close()
 
 
-def _trained_config(export: Path, kit: Kit | None = None) -> TrainConfig:
+def trained_config(export: Path, kit: Kit | None = None) -> TrainConfig:
     """The config the export was trained with, or the defaults when the export does not record one (an export of
     a Tinker sampler checkpoint, say); with ``kit``, a turn cap the export does not record is derived from the kit's
     cases (:func:`trainers.episode_limit.episode_limit`)."""
@@ -56,7 +56,7 @@ def _trained_config(export: Path, kit: Kit | None = None) -> TrainConfig:
 
 def trained_decoding(export: Path) -> str:
     """The decoding the export was trained and evaluated with (``free`` when it does not record one)."""
-    return _trained_config(Path(export)).decoding
+    return trained_config(Path(export)).decoding
 
 
 def replay_record(result: EpisodeResult, manifest: dict[str, Any], decoding: str = "free") -> dict[str, Any]:
@@ -68,7 +68,7 @@ def evaluate_export(export: Path, kit: Kit, *, limit: int | None = None, decodin
     """Greedy episodes of ``export`` (loaded fresh, verified) on the kit's held-out cases (the first ``limit``), with
     the turn cap and token budget it was trained with; what ``blobkit eval --model`` prints."""
     model, tokenizer, _ = load_export(export)
-    trained = _trained_config(Path(export), kit)
+    trained = trained_config(Path(export), kit)
     runtime = kit.world().runtime()
     try:
         policy = model_policy(model, tokenizer, trained.max_new_tokens, trained.episode_batch,

@@ -1,0 +1,61 @@
+"""pass^k of an export on a kit's held-out cases, beside its greedy pass@1 (issue 29's reporting).
+
+Loads an export (``blobkit train``'s ``OUT/export``) fresh and attempts each of the first ``--limit`` held-out
+cases ``--k`` times at ``--temperature`` (:mod:`trainers.pass_k`: attempt i samples with a generator seeded
+``seed + i``; a case counts for pass^k only when all k attempts pass), decoded ``--decoding`` (default: what the
+export was trained with). Prints pass^k with its interval, pass@k, the mean pass rate of one sampled attempt and
+the seconds it took; ``--save FILE`` writes the record as JSON. One run, one model.
+
+Run::
+
+    .venv/bin/python benchmarks/pass_k_export.py --model out/run/export --kit KIT --k 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--kit", type=Path, required=True)
+    parser.add_argument("--k", type=int, default=3)
+    parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--decoding", choices=("free", "constrained"), default=None)
+    parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--save", type=Path, default=None)
+    args = parser.parse_args()
+    from trainers.export import load_export
+    from trainers.pass_k import evaluate_pass_k
+    from trainers.replay import trained_config
+    from world_format.kit import open_kit
+
+    with open_kit(args.kit) as kit:
+        config = trained_config(args.model, kit)
+        config = config.model_copy(update={"pass_k": args.k, "pass_k_temperature": args.temperature,
+                                           "decoding": args.decoding or config.decoding})
+        model, tokenizer, _ = load_export(args.model)
+        runtime = kit.world().runtime()
+        start = time.perf_counter()
+        try:
+            record = evaluate_pass_k(model, tokenizer, runtime, kit.cases("eval")[:args.limit], config,
+                                     runtime.world)
+        finally:
+            runtime.close()
+    print(f"{record.text()}; {time.perf_counter() - start:.0f} s")
+    if args.save is not None:
+        args.save.write_text(json.dumps(record.model_dump(mode="json"), indent=1), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
