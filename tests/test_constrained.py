@@ -81,6 +81,8 @@ def test_an_observed_value_names_only_what_its_result_column_holds(retail_kit: A
     # the customer's own words always count: an order number they state may be wrong, and the tool says so
     said = call_schema(tools, keys, [{"role": "user", "content": "Cancel order 12345, I'm ada@example.com."}])
     assert 12345 in _arguments(said, "cancel_order")["properties"]["order_id"]["enum"]
+    hashed = conversation_evidence([{"role": "user", "content": "It is order #W8704143."}], keys)
+    assert {"#W8704143", "W8704143"} <= set(hashed.values("string", "orders.id"))
     # an observation that is not JSON (an error) is text of unknown source
     error = call_schema(tools, keys, [*messages, {"role": "tool", "name": "list_orders",
                                                   "content": "error: order 777 is locked"}])

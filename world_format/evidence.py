@@ -63,9 +63,12 @@ class Evidence:
     """``{root column: values observations showed under a result column holding it}``."""
 
     def add_text(self, text: str, phrases: bool) -> None:
-        """The words (surrounding punctuation and a sentence's final full stop dropped), runs of words when
-        ``phrases``, and integers of ``text``, untyped."""
+        """The words (surrounding punctuation and a sentence's final full stop dropped; a word after ``#`` also
+        without it: "order #W8704143"), runs of words when ``phrases``, and integers of ``text``, untyped."""
         words = [word.rstrip(".") for word in _WORD.findall(text)]
+        for word in words:
+            if word.startswith("#") and len(word) > 1:
+                self.strings.setdefault(word[1:], None)
         for start in range(len(words)):
             for end in range(start + 1, min(len(words), start + (MAX_PHRASE_WORDS if phrases else 1)) + 1):
                 if all(words[start:end]):
