@@ -214,3 +214,32 @@ def test_constrained_episodes_are_judged_as_the_free_scoring_path_judges_their_m
             assert replayed.verdict == episode.verdict and replayed.trace == episode.trace
     finally:
         runtime.close()
+
+
+def test_llguidance_compiles_every_example_tool_and_accepts_its_reference_call(
+        example_kits: dict[str, Path], tiny: tuple[Any, Any]) -> None:
+    """Each example tool's first reference call, written as the format writes it (arguments in the schema's
+    order), is accepted by the compiled grammar of the turn it was made in; a keyword llguidance does not
+    compile (airline's ``uniqueItems``) is left out of the grammar instead of failing the turn."""
+    from world_format.kit import open_kit
+
+    _, tokenizer = tiny
+    for name, path in sorted(example_kits.items()):
+        with open_kit(path) as kit:
+            keys, rows = key_space(kit.world().world), kit.rows()
+        constraint, seen = ToolCallConstraint(tokenizer, format_of(tokenizer), keys), set()
+        for row in rows:
+            order = {t["function"]["name"]: list(t["function"]["parameters"].get("properties", {}))
+                     for t in row["tools"]}
+            for index, message in enumerate(row["messages"]):
+                calls = message.get("tool_calls") or []
+                if len(calls) != 1 or calls[0]["function"]["name"] in seen:
+                    continue
+                function = calls[0]["function"]
+                seen.add(function["name"])
+                arguments = {key: function["arguments"][key] for key in order[function["name"]]
+                             if key in function["arguments"]}
+                text = ("<tool_call>\n" + json.dumps({"name": function["name"], "arguments": arguments},
+                                                     ensure_ascii=False) + "\n</tool_call>")
+                assert _accepts(constraint, tokenizer, row["messages"][:index], row["tools"], text), (name, text)
+        assert seen, name

@@ -53,9 +53,27 @@ def _restricted(schema: Mapping[str, Any], root: str, evidence: Evidence) -> dic
     return {**schema, "enum": values} if values else None
 
 
+UNCOMPILED_KEYWORDS = frozenset({"uniqueItems"})
+"""JSON Schema keywords llguidance 1.9 does not compile ("Unimplemented keys"): the grammar leaves them out, so it
+admits a little more than the schema (two equal list items), and the world's own validator still refuses such a
+call when it is executed, as it refuses any invalid call."""
+
+
+def _grammar_schema(schema: Any) -> Any:
+    """A deep copy of ``schema`` without :data:`UNCOMPILED_KEYWORDS` (a property of that name stays)."""
+    if isinstance(schema, dict):
+        return {key: (_grammar_schema(value) if key != "properties" else
+                      {name: _grammar_schema(item) for name, item in value.items()} if isinstance(value, dict)
+                      else _grammar_schema(value))
+                for key, value in schema.items() if key not in UNCOMPILED_KEYWORDS}
+    if isinstance(schema, list):
+        return [_grammar_schema(item) for item in schema]
+    return schema
+
+
 def _call_option(function: Mapping[str, Any], named: Mapping[str, str], evidence: Evidence) -> dict[str, Any] | None:
     """The JSON Schema of one call of ``function`` (None when a required row-naming argument has no evidence)."""
-    parameters = json.loads(json.dumps(function.get("parameters") or {"type": "object"}))
+    parameters = _grammar_schema(function.get("parameters") or {"type": "object"})
     properties = parameters.get("properties") or {}
     required = set(parameters.get("required") or ())
     for name, root in named.items():
