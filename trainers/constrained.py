@@ -62,10 +62,10 @@ call when it is executed, as it refuses any invalid call."""
 def _grammar_schema(schema: Any) -> Any:
     """A deep copy of ``schema`` without :data:`UNCOMPILED_KEYWORDS` (a property of that name stays)."""
     if isinstance(schema, dict):
-        return {key: (_grammar_schema(value) if key != "properties" else
-                      {name: _grammar_schema(item) for name, item in value.items()} if isinstance(value, dict)
-                      else _grammar_schema(value))
-                for key, value in schema.items() if key not in UNCOMPILED_KEYWORDS}
+        kept = {key: _grammar_schema(value) for key, value in schema.items() if key not in UNCOMPILED_KEYWORDS}
+        if isinstance(schema.get("properties"), dict):  # property names are not keywords
+            kept["properties"] = {name: _grammar_schema(item) for name, item in schema["properties"].items()}
+        return kept
     if isinstance(schema, list):
         return [_grammar_schema(item) for item in schema]
     return schema

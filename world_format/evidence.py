@@ -100,6 +100,12 @@ class Evidence:
         elif value is not None and not isinstance(value, bool | float):
             self.add_observed(value, sources.get(column) if column else None)
 
+    def holds(self, value: Any, root: str) -> bool:
+        """Whether ``value`` (a string or an integer) is evidence for an argument naming ``root``: the membership
+        :meth:`values` lists, without building the list."""
+        untyped: dict[Any, None] = self.strings if isinstance(value, str) else self.integers
+        return value != "" and (value in untyped or value in self.typed.get(root, {}))
+
     def values(self, kind: Any, root: str) -> list[Any]:
         """The values of JSON Schema type ``kind`` ("string" or "integer") an argument naming ``root`` may take."""
         python = str if kind == "string" else int
@@ -135,8 +141,7 @@ def ungrounded_arguments(evidence: Evidence, named: Mapping[str, str], arguments
     for name, root in named.items():
         value = arguments.get(name)
         for item in value if isinstance(value, list) else [value]:
-            kind = "string" if isinstance(item, str) else "integer" if type(item) is int else None
-            if kind is not None and item not in evidence.values(kind, root):
+            if (isinstance(item, str) or type(item) is int) and not evidence.holds(item, root):
                 missing.append(f"{name}={json.dumps(item, ensure_ascii=False)}")
                 break
     return missing
