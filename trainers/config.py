@@ -95,6 +95,9 @@ class TrainConfig(BaseModel):
     """SFT on local-torch: run the prefix every row of a batch shares (the system prompt and tool list) once per
     batch, its KV cache shared by the rows; the same loss and gradients as the padded batch
     (:mod:`trainers.shared_prefix`). Not with --packing (packed rows share nothing)."""
+    decision_weight: float = Field(1.0, ge=1, le=100)
+    """SFT and RFT on local-torch: loss weight of the first 16 trained tokens of each assistant turn, where the turn
+    decides to call a tool or answer and which tool (:mod:`trainers.turn_weights`); 1 weighs every token alike."""
     gradient_checkpointing: bool = False
     """SFT on local-torch: recompute each layer's activations in backward instead of keeping them (about a third
     more compute, a fraction of the activation memory; plan.json's ``memory`` says what it saves)."""

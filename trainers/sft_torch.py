@@ -124,7 +124,7 @@ def _loss_in_progress_bar(progress_callback: type) -> Any:
     return LossInProgressBar()
 
 
-def _assistant_token_loss(sft_trainer: type, shared_prefix: bool = False) -> type:
+def _assistant_token_loss(sft_trainer: type, shared_prefix: bool = False, decision_weight: float = 1.0) -> type:
     """``sft_trainer`` whose loss sends only the labelled (assistant) positions through the LM head.
 
     TRL's fused LM head scores only labelled positions on Triton devices; elsewhere it scores
@@ -134,9 +134,11 @@ def _assistant_token_loss(sft_trainer: type, shared_prefix: bool = False) -> typ
     equal to TRL's to float rounding; it keeps TRL's ``mean_token_accuracy`` and ``num_tokens``
     metrics and drops ``entropy``. Logits exist for one chunk of labelled positions at a time
     (:func:`trainers.shared_prefix.labelled_nll`). ``shared_prefix``: the batch's shared prefix runs once
-    (:mod:`trainers.shared_prefix`), the same loss and gradients.
+    (:mod:`trainers.shared_prefix`), the same loss and gradients. ``decision_weight`` above 1: the first trained
+    tokens of each assistant turn weigh that much (:mod:`trainers.turn_weights`).
     """
     from .shared_prefix import shared_prefix_nll
+    from .turn_weights import turn_start_weights
 
     class AssistantTokenLoss(sft_trainer):  # type: ignore[misc,valid-type]
         def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False,
@@ -146,10 +148,11 @@ def _assistant_token_loss(sft_trainer: type, shared_prefix: bool = False) -> typ
                                             num_items_in_batch=num_items_in_batch)
             causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
             ids, mask, labels = inputs["input_ids"], inputs.get("attention_mask"), inputs["labels"]
+            weights = turn_start_weights(labels, decision_weight) if decision_weight != 1 else None
             if "position_ids" in inputs or not shared_prefix:  # packed rows carry position ids: nothing is shared
-                nll = _plain_nll(causal_lm, inputs)
+                nll = _plain_nll(causal_lm, inputs, weights)
             else:
-                nll, _ = shared_prefix_nll(causal_lm, ids, mask, labels)
+                nll, _ = shared_prefix_nll(causal_lm, ids, mask, labels, weights=weights)
             loss = nll.total / (max(nll.count, 1) if num_items_in_batch is None else num_items_in_batch)
             mode = "train" if model.training else "eval"
             self._metrics[mode]["mean_token_accuracy"].append(nll.correct / max(nll.count, 1))
@@ -161,15 +164,17 @@ def _assistant_token_loss(sft_trainer: type, shared_prefix: bool = False) -> typ
     return AssistantTokenLoss
 
 
-def _plain_nll(causal_lm: Any, inputs: dict[str, Any]) -> NLL:
-    """The padded (or packed) batch's :class:`~trainers.shared_prefix.NLL`, every row run whole."""
+def _plain_nll(causal_lm: Any, inputs: dict[str, Any], weights: Any | None = None) -> NLL:
+    """The padded (or packed) batch's :class:`~trainers.shared_prefix.NLL`, every row run whole (``weights``:
+    per-position loss weights aligned with the labels, or None)."""
     from .shared_prefix import labelled_nll
 
     model_inputs = {k: inputs[k] for k in ("input_ids", "attention_mask", "position_ids") if k in inputs}
     hidden = causal_lm.base_model(**model_inputs, use_cache=False).last_hidden_state[:, :-1]
     next_tokens = inputs["labels"][:, 1:]
     labelled = next_tokens != -100
-    return labelled_nll(causal_lm.get_output_embeddings(), hidden[labelled], next_tokens[labelled])
+    return labelled_nll(causal_lm.get_output_embeddings(), hidden[labelled], next_tokens[labelled],
+                        weights=None if weights is None else weights[:, 1:][labelled])
 
 
 def _sft_arguments(config: TrainConfig, scratch: str, *, max_steps: int | None, progress: bool, log_every: int,
@@ -367,7 +372,8 @@ def _fit(model: Any, tokenizer: Any, rows: list[dict[str, Any]], counts: list[in
         if world.distributed:
             trainer_class = SFTTrainer
         else:
-            trainer_class = (_assistant_token_loss(SFTTrainer, config.shared_prefix) if config.shared_prefix or not cuda
+            custom = config.shared_prefix or config.decision_weight != 1 or not cuda
+            trainer_class = (_assistant_token_loss(SFTTrainer, config.shared_prefix, config.decision_weight) if custom
                              else SFTTrainer)
         trainer = trainer_class(model=model, args=args, train_dataset=rows_to_dataset(rows), processing_class=tokenizer,
                                 peft_config=peft_config, callbacks=[*recorders, *callbacks])

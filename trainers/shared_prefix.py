@@ -55,8 +55,9 @@ def shared_prefix_length(input_ids: Any, attention_mask: Any | None) -> int:
     return max(0, min(prefix, int(real.min()) - 1))
 
 
-def labelled_nll(head: Any, hidden: Any, targets: Any, chunk: int = LOSS_CHUNK) -> NLL:
-    """sum(-log p(target)) of ``hidden`` [n, width] through ``head`` against ``targets`` [n], ``chunk`` rows at a time.
+def labelled_nll(head: Any, hidden: Any, targets: Any, chunk: int = LOSS_CHUNK, weights: Any | None = None) -> NLL:
+    """sum(-log p(target)) of ``hidden`` [n, width] through ``head`` against ``targets`` [n], ``chunk`` rows at a time;
+    with ``weights`` [n], each term multiplied by its weight (:mod:`trainers.turn_weights`).
 
     Each chunk's logits (float32) are recomputed in backward (``torch.utils.checkpoint``) instead of kept, so at most
     ``chunk x vocabulary`` of them exist at once, forward or backward.
@@ -65,17 +66,19 @@ def labelled_nll(head: Any, hidden: Any, targets: Any, chunk: int = LOSS_CHUNK) 
     import torch.nn.functional as F
     from torch.utils.checkpoint import checkpoint
 
-    def piece(h: Any, t: Any) -> tuple[Any, Any]:
+    def piece(h: Any, t: Any, w: Any) -> tuple[Any, Any]:
         logits = head(h).float()
-        return F.cross_entropy(logits, t, reduction="sum"), (logits.argmax(-1) == t).sum()
+        losses = F.cross_entropy(logits, t, reduction="none")
+        return (losses.sum() if w is None else (losses * w).sum()), (logits.argmax(-1) == t).sum()
 
     total, correct = hidden.new_zeros((), dtype=torch.float32), 0
     for start in range(0, hidden.shape[0], chunk):
         h, t = hidden[start:start + chunk], targets[start:start + chunk]
+        w = None if weights is None else weights[start:start + chunk]
         if torch.is_grad_enabled() and h.requires_grad and hidden.shape[0] > chunk:
-            loss, right = checkpoint(piece, h, t, use_reentrant=False)
+            loss, right = checkpoint(piece, h, t, w, use_reentrant=False)
         else:
-            loss, right = piece(h, t)
+            loss, right = piece(h, t, w)
         total = total + loss
         correct += int(right)
     return NLL(total, int(targets.shape[0]), correct)
@@ -111,14 +114,15 @@ def _cache_argument(model: Any) -> str:
 
 
 def shared_prefix_nll(causal_lm: Any, input_ids: Any, attention_mask: Any | None, labels: Any, *,
-                      chunk: int = LOSS_CHUNK) -> tuple[NLL, int]:
+                      chunk: int = LOSS_CHUNK, weights: Any | None = None) -> tuple[NLL, int]:
     """The batch's :class:`NLL` with its shared prefix run once (module docstring), and the prefix length.
 
     ``causal_lm``: a transformers causal LM (``.model`` the decoder, ``get_output_embeddings()`` the head; a PEFT
     model's base with LoRA layers in it works the same). ``input_ids``, ``attention_mask`` and ``labels``:
     [rows, length], right-padded, labels -100 where no loss is taken (labels[t] is the target of position t - 1,
-    as in transformers). With no shared prefix (one row, rows differing at the first id, or a cache that is not
-    plain full-attention layers) it is the plain padded batch.
+    as in transformers). ``weights``: None, or per-position loss weights aligned with ``labels``
+    (:func:`trainers.turn_weights.turn_start_weights`). With no shared prefix (one row, rows differing at the
+    first id, or a cache that is not plain full-attention layers) it is the plain padded batch.
     """
     import torch
     from transformers import DynamicCache
@@ -138,7 +142,8 @@ def shared_prefix_nll(causal_lm: Any, input_ids: Any, attention_mask: Any | None
             # one hidden state per scored position, repeated for each row that labels it
             row_index, position_index = (targets[:, scored] != -100).nonzero(as_tuple=True)
             chosen = targets[:, scored][row_index, position_index]
-            parts.append(labelled_nll(head, shared[scored][position_index], chosen, chunk))
+            chosen_weights = None if weights is None else weights[:, 1:prefix + 1][:, scored][row_index, position_index]
+            parts.append(labelled_nll(head, shared[scored][position_index], chosen, chunk, chosen_weights))
         past = _expanded_cache(decoder, cache, rows)
         positions = torch.arange(prefix, length, device=input_ids.device).expand(rows, -1)
         hidden = decoder(input_ids=input_ids[:, prefix:], attention_mask=mask, position_ids=positions,
@@ -147,6 +152,7 @@ def shared_prefix_nll(causal_lm: Any, input_ids: Any, attention_mask: Any | None
         hidden = decoder(input_ids=input_ids, attention_mask=mask, use_cache=False).last_hidden_state
     next_tokens = labels[:, prefix + 1:]
     labelled = next_tokens != -100
-    parts.append(labelled_nll(head, hidden[:, :-1][labelled], next_tokens[labelled], chunk))
+    suffix_weights = None if weights is None else weights[:, prefix + 1:][labelled]
+    parts.append(labelled_nll(head, hidden[:, :-1][labelled], next_tokens[labelled], chunk, suffix_weights))
     total = parts[0].total if len(parts) == 1 else parts[0].total + parts[1].total
     return NLL(total, sum(p.count for p in parts), sum(p.correct for p in parts)), prefix

@@ -39,6 +39,8 @@ class LocalMLX(LocalTarget):
         if config.shared_prefix and config.method == "sft":
             return ("--shared-prefix runs SFT's shared prefix once per padded batch on local-torch; drop --packing "
                     "(packed rows share no prefix) or --shared-prefix, or use --target local-torch")
+        if config.decision_weight != 1 and config.method == "sft":
+            return "--decision-weight weighs torch's SFT loss: use --target local-torch"
         if config.decoding == "constrained" and config.method == "grpo":
             return ("--decoding constrained masks torch logits; GRPO on local-mlx samples with mlx: use --decoding "
                     "free there (its evaluations can still be constrained with blobkit eval --model --decoding)")

@@ -78,6 +78,9 @@ class LocalTorch(LocalTarget):
         if config.shared_prefix and config.local_torch.launched:
             return ("--shared-prefix runs its own loss in one process; over --processes the forward goes through "
                     "DDP: drop one of them")
+        if config.decision_weight != 1 and config.local_torch.launched:
+            return ("--decision-weight runs its own loss in one process; over --processes the forward goes through "
+                    "DDP: drop one of them")
         if config.batch_size % processes:
             return (f"--batch-size {config.batch_size} does not split over --processes {processes}: give a "
                     f"multiple of {processes} (every rank takes the same share of the global batch)")

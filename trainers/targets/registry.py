@@ -46,6 +46,8 @@ def unsupported(config: TrainConfig) -> str | None:
     if config.shared_prefix and config.gradient_checkpointing and config.method == "sft":
         return ("--shared-prefix keeps the prefix's KV cache for the batch's rows, which gradient checkpointing "
                 "would drop; use one of them (plan.json's memory says what each needs)")
+    if config.decision_weight != 1 and config.method == "grpo":
+        return "--decision-weight weighs the SFT loss (--method sft or rft); GRPO's loss is its advantages"
     if config.method == "rft" and config.init_adapter is None:
         return ("--method rft samples episodes from an SFT policy and trains on the passed ones: pass that SFT run's "
                 "export with --init-adapter (train one first with --method sft)")
