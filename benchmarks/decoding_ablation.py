@@ -65,6 +65,8 @@ def main() -> None:
         reasons = Counter(_kind(r.verdict.reason) for r in summary.distinct() if not r.passed)
         for reason, count in reasons.most_common(6):
             print(f"{'':>13}{count:>4} x {reason}")
+    if not {"free", "constrained"} <= set(summaries):
+        return
     paired = compare(summaries["free"].outcomes(), summaries["constrained"].outcomes(), earlier_name="free",
                      later_name="constrained")
     print(paired.text())
