@@ -17,7 +17,7 @@ from trainers.config import TrainConfig
 from trainers.generation import Decoded
 from trainers.grpo import PolicySource, Rollout
 from trainers.grpo_torch import TorchGRPOBackend
-from trainers.ranks import World, init_process_group
+from trainers.ranks import World, close_process_group, init_process_group
 
 
 def _rollouts(vocab: int) -> tuple[list[Rollout], list[float]]:
@@ -42,6 +42,7 @@ def main(tiny: Path, out: Path) -> None:
     items, weights = _rollouts(int(backend.tokenizer.vocab_size))
     mine = list(range(world.rank, len(items), world.size))
     loss = backend.update([items[i] for i in mine], [weights[i] for i in mine])
+    close_process_group()
     if world.is_main:
         out.mkdir(parents=True, exist_ok=True)
         (out / "loss.txt").write_text(repr(loss), encoding="utf-8")

@@ -18,7 +18,7 @@ from world_format.kit import open_kit, read_jsonl
 from .config import TrainConfig
 from .launch import LOG_MARK, fit_to_json
 from .plan_record import PlanRecord
-from .ranks import SyncedBudget, World
+from .ranks import SyncedBudget, World, close_process_group
 
 
 def _stop_file(path: Path) -> str | None:
@@ -45,7 +45,10 @@ def main(spec_dir: Path) -> int:
     with open_kit(Path(spec["kit"])) as kit:
         trainer = local.trainer(config, kit, rows, PlanRecord.model_validate(spec["plan"]))
         budget = SyncedBudget(config.max_model_calls, config.max_minutes, lambda: _stop_file(spec_dir / "stop"))
-        fit = trainer.fit(budget, log)
+        try:
+            fit = trainer.fit(budget, log)
+        finally:
+            close_process_group()
     if world.is_main:
         atomic_write_json(spec_dir / "fit.json", fit_to_json(fit))
     return 0

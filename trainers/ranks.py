@@ -60,6 +60,18 @@ def init_process_group() -> None:
         dist.init_process_group("gloo", timeout=timedelta(seconds=DDP_TIMEOUT_SECONDS))
 
 
+def close_process_group() -> None:
+    """Leave the process group this process joined (by :func:`init_process_group` or TRL's trainer), if any.
+
+    Every rank calls it once its last collective is done, before the interpreter exits: a gloo group left to
+    the interpreter's teardown can abort the process ("terminate called without an active exception", exit
+    -6) while its worker threads still hold work. Nothing happens in one process or without a group."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def all_reduce_gradients(parameters: list[Any]) -> None:
     """Sum every parameter's gradient over the ranks (a missing gradient counts as zeros); nothing in one process."""
     import torch
