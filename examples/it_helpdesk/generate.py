@@ -192,7 +192,10 @@ TICKET_ID = prop("integer", "Ticket number, e.g. 4123.")
 DEVICE_ID = prop("integer", "Device id (not the asset tag).")
 EMPLOYEE_COLUMNS = "id, name, email, department, title, manager_id, account_status, mfa_enrolled"
 EMPLOYEE_FULL = EMPLOYEE_COLUMNS + ", password_changed_on, must_change_password"
-DEVICE_COLUMNS = "id, asset_tag, kind, model, serial, assigned_to, status, purchased_on, warranty_until"
+DEVICE_COLUMNS = ("id, asset_tag, kind, model, serial, assigned_to, status, purchased_on, warranty_until, "
+                  f"warranty_until >= '{TODAY.isoformat()}' AS under_warranty")
+"""A device as the tools show it: with whether its warranty still runs today (1) or has ended (0), as a desk's
+inventory screen shows it, so a repair's warranty rule is read, not worked out from dates."""
 TICKET_COLUMNS = "id, employee_id, device_id, category, subject, priority, status, opened_on, resolved_on, closed_on"
 
 
@@ -209,7 +212,8 @@ TOOLS = [
          [f"SELECT {EMPLOYEE_FULL} FROM employees WHERE id = :employee_id"],
          "row", anchors={"employee_id": "employees.id"}, not_found="No employee with that id exists."),
     tool("list_devices", "List the devices assigned to an employee.", "read", {"employee_id": EMPLOYEE_ID},
-         ["SELECT id, asset_tag, kind, model, status, warranty_until FROM devices "
+         ["SELECT id, asset_tag, kind, model, status, warranty_until, "
+          f"warranty_until >= '{TODAY.isoformat()}' AS under_warranty FROM devices "
           "WHERE assigned_to = :employee_id ORDER BY id"],
          "rows", anchors={"employee_id": "employees.id"}, result_noun="devices"),
     tool("get_device", "Get a device by id.", "read", {"device_id": DEVICE_ID},
