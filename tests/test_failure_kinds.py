@@ -62,7 +62,10 @@ def test_an_answer_without_the_checked_value_and_a_missing_answer(replayed: Any)
 def test_a_dropped_call_is_wrong_calls_and_a_changed_identifier_is_wrong_arguments(replayed: Any) -> None:
     line = _line(replayed[2], replayed[1], "aggregate_total")
     messages = copy.deepcopy(line["messages"])
-    last = _calls(messages)[-1]
+    calculation, last = _calls(messages)[-1], _calls(messages)[-2]  # the sum's calculate call, the list before it
+    assert messages[calculation]["tool_calls"][0]["function"]["name"] == "calculate"
+    without_calculator = messages[:calculation] + messages[calculation + 2:]
+    assert _kind(replayed, line, without_calculator)[1].passed  # the verifier does not require the calculator
     dropped = messages[:last] + messages[last + 2:]
     kind, result = _kind(replayed, line, dropped)
     assert kind == "wrong_calls" and len(result.trace) == len(result.reference) - 1

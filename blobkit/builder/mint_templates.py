@@ -270,6 +270,7 @@ def _aggregate(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | 
     noun = tool.result_noun or "records"
     leaves_out = f", {tool.counts_exclude.wording}" if tool.counts_exclude else ""
     told = address.told[0].upper() + address.told[1:]
+    column: str | None = None
     if spec.template == "aggregate_count":
         value: Any = len(rows)
         declared = None
@@ -284,11 +285,29 @@ def _aggregate(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | 
         field = words(m.world, None, column)
         answer = f"Across the {noun} of {address.told}{leaves_out}, the {field} adds up to {quoted(value, declared)}."
         instruction = m.wording(spec, variant, address, noun=noun, field=field)
+    calculation = _calculation(m.world, rows, column)
+    if calculation is not None:
+        steps.append(calculation)
+        calculated = m.run(steps)
+        if calculated is None or Decimal(calculated[0][-1]["result"]) != value:
+            return None
     checks = address.ordered(lister) + [check("tool_called", tool=lister,
                                               arguments=key_arguments(spec, "list", table, key)),
                                         answer_check(value, column=declared if spec.template == "aggregate_total"
                                                      else None), check("unchanged_except")]
     return m.instance(spec, key, make_task(spec, key, instruction, steps, answer, checks))
+
+
+def _calculation(world: Any, rows: list[dict[str, Any]], column: str | None) -> Step | None:
+    """The call of the world's ``calculate`` built-in that works an aggregate out, or None without one: a total
+    adds the listed ``column`` values as the rows show them (``"12.5 + 30 + 7.25"``), a count adds a ``1`` per
+    counted row (``"1 + 1 + 1"``), so the answer quotes the calculator's result instead of a sum the agent makes
+    in its head. The verifier does not require the call (an agent may add without it)."""
+    calculator = next((tool for tool in world.tools if tool.builtin == "calculate"), None)
+    if calculator is None:
+        return None
+    terms = ["1"] * len(rows) if column is None else [str(row[column]) for row in rows]
+    return Step(tool=calculator.name, arguments={"expression": " + ".join(terms)})
 
 
 def _numeric_column(world: Any, rows: list[dict[str, Any]]) -> str | None:

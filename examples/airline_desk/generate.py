@@ -172,6 +172,14 @@ LEGS_OF_BOOKING = ("SELECT l.position, l.flight_no, l.flight_date, f.origin, f.d
 SEAT_BACK = ("UPDATE flights SET seats_left = seats_left + 1 WHERE (flight_no, flight_date) IN (SELECT flight_no, "
              "flight_date FROM booking_legs WHERE booking_id = :booking_id AND status = 'confirmed'{only})")
 
+CALCULATE = {"name": "calculate", "effect": "none", "builtin": "calculate", "result": {"shape": "recorded"},
+             "description": "Work out arithmetic: add up listed amounts (e.g. 12.5 + 30 + 7.25), or count listed "
+                            "items by adding 1 per item (1 + 1 + 1).",
+             "parameters": {"type": "object", "additionalProperties": False, "required": ["expression"],
+                            "properties": {"expression": {"type": "string", "maxLength": 500,
+                                                          "description": "Numbers with + - * / and parentheses."}}}}
+"""The desk's calculator (the ``calculate`` built-in): aggregate answers quote its result."""
+
 TOOLS = [
     tool("find_customer_by_email", "Look up a customer by email address (use it to verify identity).", "read",
          {"email": prop("string", "The customer's email address.")},
@@ -497,7 +505,7 @@ def world_document(customer_count: int = CUSTOMERS, flight_numbers: int = FLIGHT
                 {"table": "booking_legs", "label": "leg", "named_as": "leg {position} of booking {booking_id}",
                  "answer_fields": ["flight_no", "flight_date", "status"]}],
             "rows": rows},
-        "tools": TOOLS,
+        "tools": [*TOOLS, CALCULATE],
         "tasks": build_tasks(),
         # The policies' procedures, as data: verify the customer by email first; look before writing, and explain
         # instead of calling a write whose rule does not hold (confirmations are declared on the tools).

@@ -203,6 +203,14 @@ def exists(table, param, what):
     return f"SELECT EXISTS (SELECT 1 FROM {table} WHERE id = :{param})", f"No {what} with that id exists."
 
 
+CALCULATE = {"name": "calculate", "effect": "none", "builtin": "calculate", "result": {"shape": "recorded"},
+             "description": "Work out arithmetic: add up listed amounts (e.g. 12.5 + 30 + 7.25), or count listed "
+                            "items by adding 1 per item (1 + 1 + 1).",
+             "parameters": {"type": "object", "additionalProperties": False, "required": ["expression"],
+                            "properties": {"expression": {"type": "string", "maxLength": 500,
+                                                          "description": "Numbers with + - * / and parentheses."}}}}
+"""The desk's calculator (the ``calculate`` built-in): aggregate answers quote its result."""
+
 TOOLS = [
     tool("find_employee_by_email", "Look up an employee by work email (use it to verify the requester).", "read",
          {"email": prop("string", f"Work email address, e.g. jane.doe@{MAIL}.")},
@@ -478,7 +486,7 @@ def main() -> None:
                 {"table": "tickets", "label": "ticket", "natural_keys": [],
                  "answer_fields": ["subject", "priority", "status", "opened_on"]}],
             "rows": rows},
-        "tools": TOOLS,
+        "tools": [*TOOLS, CALCULATE],
         "tasks": build_tasks(),
         # The policies' procedures, as data: verify the requester by work email first; look before writing, and
         # explain instead of calling a write whose rule does not hold.

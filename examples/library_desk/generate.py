@@ -123,6 +123,14 @@ PATRON_ID = prop("integer", "Patron id as returned by a find_patron tool.")
 CARD_OF = "SELECT card_number FROM patrons WHERE patron_id = :patron_id"
 TEXT = {"maxLength": 200}
 LOAN_EXISTS = {"sql": "SELECT EXISTS (SELECT 1 FROM loans WHERE loan_id = :loan_id)", "error": "No such loan."}
+CALCULATE = {"name": "calculate", "effect": "none", "builtin": "calculate", "result": {"shape": "recorded"},
+             "description": "Work out arithmetic: add up listed amounts (e.g. 12.5 + 30 + 7.25), or count listed "
+                            "items by adding 1 per item (1 + 1 + 1).",
+             "parameters": {"type": "object", "additionalProperties": False, "required": ["expression"],
+                            "properties": {"expression": {"type": "string", "maxLength": 500,
+                                                          "description": "Numbers with + - * / and parentheses."}}}}
+"""The desk's calculator (the ``calculate`` built-in): aggregate answers quote its result."""
+
 TOOLS = [
     tool("find_patron_by_email", "Find a patron by the email address on their account.", "read",
          {"email": prop("string", "Email address", **TEXT)}, [f"SELECT {PATRON} FROM patrons WHERE email = :email"],
@@ -261,7 +269,7 @@ def main() -> None:
                 {"table": "copies", "label": "copy", "named_as": "the copy with barcode {barcode}",
                  "answer_fields": ["title", "branch", "shelf"]}],
             "rows": rows},
-        "tools": TOOLS,
+        "tools": [*TOOLS, CALCULATE],
         "tasks": build_tasks(rows),
         "procedures": {"identify": ["find_patron_by_email", "find_patron_by_name_zip"], "check_before_write": True},
     }

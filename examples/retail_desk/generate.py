@@ -177,6 +177,14 @@ ORDER_EXISTS = ("SELECT EXISTS (SELECT 1 FROM orders WHERE id = :order_id)", "No
 ORDER_ROW = ("SELECT id, customer_id, status, placed_on, delivered_on, shipping_method, total FROM orders "
              "WHERE id = :order_id")
 
+CALCULATE = {"name": "calculate", "effect": "none", "builtin": "calculate", "result": {"shape": "recorded"},
+             "description": "Work out arithmetic: add up listed amounts (e.g. 12.5 + 30 + 7.25), or count listed "
+                            "items by adding 1 per item (1 + 1 + 1).",
+             "parameters": {"type": "object", "additionalProperties": False, "required": ["expression"],
+                            "properties": {"expression": {"type": "string", "maxLength": 500,
+                                                          "description": "Numbers with + - * / and parentheses."}}}}
+"""The desk's calculator (the ``calculate`` built-in): aggregate answers quote its result."""
+
 TOOLS = [
     tool("find_customer_by_email", "Look up a customer account by email address (use it to verify identity).",
          "read", {"email": prop("string", "The customer's email address.")},
@@ -423,7 +431,7 @@ def world_document(customers_count: int = CUSTOMERS, orders_count: int = ORDERS)
                 {"table": "products", "label": "product", "natural_keys": ["sku"], "internal_key": True,
                  "answer_fields": ["name", "category", "price", "stock"]}],
             "rows": rows},
-        "tools": TOOLS,
+        "tools": [*TOOLS, CALCULATE],
         "tasks": build_tasks(rows),
         # The policies' procedures, as data: verify the customer by email first; look before writing, and refuse
         # (in the customer's words) instead of calling a write whose rule does not hold.
