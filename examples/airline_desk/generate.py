@@ -367,6 +367,8 @@ BAGS = """
 SELECT b.id AS booking_id, c.email, sum(json_extract(l.extras, '$.bags')) AS bags,
        sum(json_extract(l.extras, '$.bags')) || CASE sum(json_extract(l.extras, '$.bags')) WHEN 1 THEN ' checked bag'
                                                    ELSE ' checked bags' END AS bags_text,
+       (SELECT group_concat(bags, ' + ') FROM (SELECT json_extract(l2.extras, '$.bags') AS bags FROM booking_legs l2
+         WHERE l2.booking_id = b.id AND l2.status <> 'cancelled' ORDER BY l2.position)) AS bags_sum,
        CASE c.id % 2 WHEN 0 THEN 'How many checked bags are on booking ' || b.id || ' in total? I''m ' || c.email
                                  || '.'
                      ELSE c.email || ' here. Across all flights of booking ' || b.id || ', how many bags have I '
@@ -466,12 +468,13 @@ def build_tasks():
              {"kind": "tool_not_called", "tool": "cancel_booking"},
              {"kind": "tool_not_called", "tool": "cancel_legs"},
              {"kind": "unchanged_except"}]}},
-        # 5. Read inside the JSON column: how many bags across the booking's legs.
+        # 5. Read inside the JSON column: how many bags across the booking's legs (added with the calculator).
         {"family": {"query": BAGS.strip()},
          "instruction": "{{instruction}}",
          "anchor": {"table": "bookings", "key": "{{booking_id}}"},
          "reference": [{"tool": "find_customer_by_email", "arguments": {"email": "{{email}}"}},
-                       {"tool": "list_legs", "arguments": {"booking_id": "{{booking_id}}"}}],
+                       {"tool": "list_legs", "arguments": {"booking_id": "{{booking_id}}"}},
+                       {"tool": "calculate", "arguments": {"expression": "{{bags_sum}}"}}],
          "answer": "You have {{bags_text}} across the flights of booking {{booking_id}}.",
          "vcode": {"checks": [
              verified("{{email}}"),
