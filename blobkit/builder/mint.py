@@ -24,6 +24,7 @@ from world_format.models import Column, Step, Table, Task, UserTurn, VCode, Worl
 from world_format.procedure_check import ProcedureChecker
 from world_format.quoting import amount, plain
 from world_format.quoting import quoted as quoted  # the templates quote as answers do
+from world_format.result_columns import ResultSources, result_sources
 from world_format.runtime import RowChange, WorldRuntime
 from world_format.seed_copy import SeedCopy
 from world_format.state import quote_identifier
@@ -159,12 +160,20 @@ class Minter:
         self.eval_percent = eval_percent
         self._missing_errors: dict[str, set[str]] = {}
         self._keys: dict[str, tuple[Any, ...]] = {}
+        self._result_sources: dict[str, ResultSources] | None = None
         if serialized is None:
             with runtime.guard.host() as conn:
                 serialized = conn.serialize()
         self.sides = Sides(seed, eval_percent, Entities(world, serialized))
         self.addresser = Addresser(world, self.sides.entities, runtime, seed)
         self.procedures = ProcedureChecker.of(runtime, self.sides.entities)
+
+    def result_sources(self, tool: str) -> ResultSources:
+        """The root columns each result column of ``tool`` names (:func:`world_format.result_columns.result_sources`,
+        read once per minter); empty for a tool without SQL."""
+        if self._result_sources is None:
+            self._result_sources = result_sources(self.world)
+        return self._result_sources.get(tool, {})
 
     def instance(self, spec: TaskSpec, key: Any, task: Task) -> Instance | None:
         """The spec's task on anchor row ``key``, on the side of that row's entity."""

@@ -285,7 +285,7 @@ def _aggregate(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | 
         field = words(m.world, None, column)
         answer = f"Across the {noun} of {address.told}{leaves_out}, the {field} adds up to {quoted(value, declared)}."
         instruction = m.wording(spec, variant, address, noun=noun, field=field)
-    calculation = _calculation(m.world, rows, column)
+    calculation = _calculation(m, lister, rows, column)
     if calculation is not None:
         steps.append(calculation)
         calculated = m.run(steps)
@@ -298,16 +298,33 @@ def _aggregate(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | 
     return m.instance(spec, key, make_task(spec, key, instruction, steps, answer, checks))
 
 
-def _calculation(world: Any, rows: list[dict[str, Any]], column: str | None) -> Step | None:
+def _calculation(m: Minter, lister: str, rows: list[dict[str, Any]], column: str | None) -> Step | None:
     """The call of the world's ``calculate`` built-in that works an aggregate out, or None without one: a total
-    adds the listed ``column`` values as the rows show them (``"12.5 + 30 + 7.25"``), a count adds a ``1`` per
-    counted row (``"1 + 1 + 1"``), so the answer quotes the calculator's result instead of a sum the agent makes
-    in its head. The verifier does not require the call (an agent may add without it)."""
-    calculator = next((tool for tool in world.tools if tool.builtin == "calculate"), None)
+    adds the listed ``column`` values as the rows show them (``"12.5 + 30 + 7.25"``); a count adds one term per
+    counted row, the row's own key over itself (``"233/233 + 234/234"``, each 1) where the rows show a distinct
+    positive integer key, else ``1`` (``"1 + 1"``), so every term is copied from a row the list showed. The answer
+    quotes the calculator's result instead of a figure the agent makes in its head. The verifier does not require
+    the call (an agent may add without it)."""
+    calculator = next((tool for tool in m.world.tools if tool.builtin == "calculate"), None)
     if calculator is None:
         return None
-    terms = ["1"] * len(rows) if column is None else [str(row[column]) for row in rows]
+    if column is not None:
+        terms = [str(row[column]) for row in rows]
+    else:
+        key = _row_key_column(m, lister, rows)
+        terms = [f"{row[key]}/{row[key]}" if key else "1" for row in rows]
     return Step(tool=calculator.name, arguments={"expression": " + ".join(terms)})
+
+
+def _row_key_column(m: Minter, lister: str, rows: list[dict[str, Any]]) -> str | None:
+    """The first result column of ``lister`` that holds a single-column primary key (read from its SQL) and shows
+    a distinct positive integer in every one of ``rows``; None when there is none."""
+    keys = {f"{t.name}.{t.key_columns[0]}" for t in m.world.state.tables if len(t.key_columns) == 1}
+    for column, sources in m.result_sources(lister).items():
+        values = [row.get(column) for row in rows]
+        if sources & keys and all(type(v) is int and v > 0 for v in values) and len(set(values)) == len(values):
+            return column
+    return None
 
 
 def _numeric_column(world: Any, rows: list[dict[str, Any]]) -> str | None:
