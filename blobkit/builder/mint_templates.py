@@ -299,12 +299,12 @@ def _aggregate(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | 
 
 
 def _calculation(m: Minter, lister: str, rows: list[dict[str, Any]], column: str | None) -> Step | None:
-    """The call of the world's ``calculate`` built-in that works an aggregate out, or None without one: a total
-    adds the listed ``column`` values as the rows show them (``"12.5 + 30 + 7.25"``); a count adds one term per
-    counted row, the row's own key over itself (``"233/233 + 234/234"``, each 1) where the rows show a distinct
-    positive integer key, else ``1`` (``"1 + 1"``), so every term is copied from a row the list showed. The answer
-    quotes the calculator's result instead of a figure the agent makes in its head. The verifier does not require
-    the call (an agent may add without it)."""
+    """The call of the world's ``calculate`` built-in that works an aggregate out, or None: a total adds the
+    listed ``column`` values as the rows show them (``"12.5 + 30 + 7.25"``); a count adds one term per counted
+    row, the row's own key over itself (``"233/233 + 234/234"``, each 1), so every term is copied from a row the
+    list showed. None without a calculator, and for a count whose rows show no key column of distinct positive
+    integers (a ``1`` per row, ``"1 + 1"``, is a count made in the head again: measured worse than none). The
+    answer quotes the calculator's result; the verifier does not require the call (an agent may add without it)."""
     calculator = next((tool for tool in m.world.tools if tool.builtin == "calculate"), None)
     if calculator is None:
         return None
@@ -312,14 +312,17 @@ def _calculation(m: Minter, lister: str, rows: list[dict[str, Any]], column: str
         terms = [str(row[column]) for row in rows]
     else:
         key = _row_key_column(m, lister, rows)
-        terms = [f"{row[key]}/{row[key]}" if key else "1" for row in rows]
+        if key is None:
+            return None
+        terms = [f"{row[key]}/{row[key]}" for row in rows]
     return Step(tool=calculator.name, arguments={"expression": " + ".join(terms)})
 
 
 def _row_key_column(m: Minter, lister: str, rows: list[dict[str, Any]]) -> str | None:
-    """The first result column of ``lister`` that holds a single-column primary key (read from its SQL) and shows
-    a distinct positive integer in every one of ``rows``; None when there is none."""
-    keys = {f"{t.name}.{t.key_columns[0]}" for t in m.world.state.tables if len(t.key_columns) == 1}
+    """The first result column of ``lister`` that holds a primary-key column (read from its SQL; one column of a
+    composite key too, such as a leg's position) and shows a distinct positive integer in every one of ``rows``;
+    None when there is none."""
+    keys = {f"{t.name}.{column}" for t in m.world.state.tables for column in t.key_columns}
     for column, sources in m.result_sources(lister).items():
         values = [row.get(column) for row in rows]
         if sources & keys and all(type(v) is int and v > 0 for v in values) and len(set(values)) == len(values):
