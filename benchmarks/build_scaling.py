@@ -30,13 +30,21 @@ Run (``make bench`` runs the first)::
 
     .venv/bin/python benchmarks/build_scaling.py                  # 1k, 10k, 100k, 1M (minutes)
     .venv/bin/python benchmarks/build_scaling.py --sizes 1000,10000 --json
+    .venv/bin/python benchmarks/build_scaling.py --sizes 1000,1000000 --worlds /tmp/bk-worlds  # generate once, reuse
+
+With ``--worlds DIR`` the scaled worlds are kept in ``DIR`` and reused by later runs (generating the 1M world takes
+minutes): a kept world is reused only when its stamp names the same size and the same generator (the code here that
+makes it and the example's ``generate.py``, by sha256); the build still checks its seed against the package manifest.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
+import inspect
 import json
+import os
 import random
 import shutil
 import sqlite3
@@ -218,6 +226,38 @@ def _seed_database(world: World, rows: dict[str, list[list[Any]]], path: Path) -
         conn.close()
 
 
+STAMP_SUFFIX = ".stamp.json"
+"""Beside a kept world's directory (``--worlds``; a package holds only what its manifest lists): what it was generated
+from (its size, rows per table, the generators' sha256)."""
+
+
+def _generator_digest() -> str:
+    """sha256 over the code that makes a scaled world (this script's generating functions and constants, the
+    example's generator): a kept world made by other code is made again."""
+    digest = hashlib.sha256((EXAMPLE / "generate.py").read_bytes())
+    digest.update(repr((ANCHOR_TABLES, BASE_CUSTOMERS, BASE_ORDERS, SEED_FILE)).encode())
+    for function in (_customers, _products, _status, _order, scaled_rows, foreign_key_indexes, _seed_database,
+                     write_scaled_world):
+        digest.update(inspect.getsource(function).encode())
+    return digest.hexdigest()
+
+
+def kept_scaled_world(size: int, out: Path) -> tuple[Path, dict[str, int]]:
+    """The world of :func:`write_scaled_world` kept in ``out`` by an earlier run, or written there now."""
+    stamp_path, generator = out.with_name(out.name + STAMP_SUFFIX), _generator_digest()
+    if stamp_path.is_file() and out.is_dir():
+        stamp = json.loads(stamp_path.read_text(encoding="utf-8"))
+        if stamp.get("size") == size and stamp.get("generator") == generator:
+            return out, stamp["rows"]
+    stamp_path.unlink(missing_ok=True)
+    if out.exists():
+        shutil.rmtree(out)
+    directory, rows = write_scaled_world(size, out)
+    stamp_path.write_text(json.dumps({"size": size, "generator": generator, "rows": rows}, sort_keys=True) + "\n",
+                          encoding="utf-8")
+    return directory, rows
+
+
 def write_scaled_world(size: int, out: Path) -> tuple[Path, dict[str, int]]:
     """A packaged copy of the example world scaled to ``size`` anchor rows; (directory, rows per table)."""
     # the example at its compact size (150 customers, 450 orders), so that 1k rows is a scale-up
@@ -273,8 +313,9 @@ def _counting_episodes() -> Iterator[list[int]]:
         WorldRuntime.episode = original  # type: ignore[method-assign]
 
 
-def time_build(world_dir: Path, out: Path) -> tuple[float, dict[str, float], int, dict[str, Any]]:
-    """Wall time of one build, the time per stage (from the progress callback), its episodes and record."""
+def time_build(world_dir: Path, out: Path) -> tuple[float, float, dict[str, float], int, dict[str, Any]]:
+    """Wall time of one build, its CPU time (every thread of the process, user + system), the time per stage
+    (from the progress callback), its episodes and record."""
     marks: list[tuple[str, float]] = []
 
     def progress(stage: str, done: int, total: int) -> None:
@@ -282,13 +323,18 @@ def time_build(world_dir: Path, out: Path) -> tuple[float, dict[str, float], int
             marks.append((stage, time.perf_counter()))
 
     with _counting_episodes() as episodes:
-        start = time.perf_counter()
+        cpu_start, start = _cpu_seconds(), time.perf_counter()
         record = build_kit(world_dir, out, BuildConfig(), progress)
-        end = time.perf_counter()
+        end, cpu_end = time.perf_counter(), _cpu_seconds()
     stages: dict[str, float] = {}
     for (stage, began), (_, ended) in zip(marks, [*marks[1:], ("end", end)], strict=True):
         stages[stage] = stages.get(stage, 0.0) + ended - began
-    return end - start, stages, episodes[0], record
+    return end - start, cpu_end - cpu_start, stages, episodes[0], record
+
+
+def _cpu_seconds() -> float:
+    times = os.times()
+    return times.user + times.system
 
 
 def time_isolated_replay(loaded: LoadedWorld, task: Task, repeats: int) -> float:
@@ -370,6 +416,8 @@ class SizeResult:
     rows: dict[str, int]
     seed_mb: float
     build_s: float
+    build_cpu_s: float
+    """The build's CPU time, all threads: above ``build_s`` when work overlapped on more than one core."""
     stages_s: dict[str, float]
     execute_s: float
     episodes: int
@@ -383,11 +431,14 @@ class SizeResult:
     floor_ratio: float = 0.0
 
 
-def measure(size: int, scratch: Path, repeats: int) -> SizeResult:
-    """Generate the world of one size, build a kit from it and time the replays."""
-    world_dir, rows = write_scaled_world(size, scratch / f"world-{size}")
+def measure(size: int, scratch: Path, repeats: int, worlds: Path | None = None) -> SizeResult:
+    """Generate the world of one size (or reuse the one kept in ``worlds``), build a kit from it, time the replays."""
+    if worlds is None:
+        world_dir, rows = write_scaled_world(size, scratch / f"world-{size}")
+    else:
+        world_dir, rows = kept_scaled_world(size, worlds / f"world-{size}")
     floor_before = time_floor(world_dir / SEED_FILE)
-    build_s, stages, episodes, record = time_build(world_dir, scratch / f"kit-{size}")
+    build_s, cpu_s, stages, episodes, record = time_build(world_dir, scratch / f"kit-{size}")
     shutil.rmtree(scratch / f"kit-{size}")
     loaded = load_world(world_dir)
     task = _reference_task(loaded)
@@ -396,9 +447,11 @@ def measure(size: int, scratch: Path, repeats: int) -> SizeResult:
     # the floor just before and just after the build, the faster of the two (the machine is shared: the lower floor
     # gives the higher, more conservative build / floor ratio)
     floor = min(floor_before, time_floor(world_dir / SEED_FILE))
-    shutil.rmtree(world_dir)
+    if worlds is None:
+        shutil.rmtree(world_dir)
     return SizeResult(
         size=size, rows=rows, seed_mb=round(len(loaded.seed) / 1e6, 1), build_s=round(build_s, 3),
+        build_cpu_s=round(cpu_s, 3),
         stages_s={k: round(v, 3) for k, v in stages.items()},
         execute_s=round(sum(stages.get(stage, 0.0) for stage in EXECUTE_STAGES), 3), episodes=episodes,
         replay_ms=round(ours * 1e3, 3), naive_replay_ms=round(naive * 1e3, 3), naive_ratio=round(naive / ours, 1),
@@ -441,14 +494,14 @@ def table(report: dict[str, Any]) -> str:
     """The figures as a plain-text table and the ratios under it."""
     head = (f"{'rows/anchor':>11} {'seed MB':>8} {'build s':>8} " + " ".join(f"{s:>7}" for s in STAGES)
             + f" {'episodes':>8} {'replay ms':>9} {'naive ms':>9} {'naive/ours':>10} {'naive build s':>13}"
-            + f" {'floor s':>8} {'build/floor':>11}")
+            + f" {'floor s':>8} {'build/floor':>11} {'build cpu s':>11}")
     lines = [head, "-" * len(head)]
     for r in report["sizes"]:
         lines.append(f"{r['size']:>11,} {r['seed_mb']:>8.1f} {r['build_s']:>8.2f} "
                      + " ".join(f"{r['stages_s'].get(s, 0.0):>7.2f}" for s in STAGES)
                      + f" {r['episodes']:>8} {r['replay_ms']:>9.2f} {r['naive_replay_ms']:>9.2f}"
                      f" {r['naive_ratio']:>9.1f}x {r['naive_build_s']:>12.1f}~"
-                     f" {r['floor_s']:>8.2f} {r['floor_ratio']:>10.2f}x")
+                     f" {r['floor_s']:>8.2f} {r['floor_ratio']:>10.2f}x {r['build_cpu_s']:>11.2f}")
     build, execute = report["build_ratio"], report["execute_ratio"]
     naive, naive_build = report["naive_ratio"], report["naive_build_ratio"]
     lines += [
@@ -471,13 +524,16 @@ def main(argv: list[str] | None = None) -> None:
                         help="comma-separated rows per anchor table (default: 1000,10000,100000,1000000)")
     parser.add_argument("--repeats", type=int, default=20, help="replays timed per size (median reported)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--worlds", type=Path, default=None, metavar="DIR",
+                        help="keep the generated worlds in DIR and reuse them on later runs (default: a temporary "
+                             "directory, removed)")
     args = parser.parse_args(argv)
     sizes = sorted({int(part) for part in args.sizes.split(",") if part.strip()})
     results = []
     with tempfile.TemporaryDirectory(prefix="bk-bench-") as scratch:
         for size in sizes:
             print(f"measuring {size:,} rows per anchor table...", file=sys.stderr, flush=True)
-            results.append(measure(size, Path(scratch), args.repeats))
+            results.append(measure(size, Path(scratch), args.repeats, args.worlds))
     report = summary(results)
     print(json.dumps(report, indent=1, sort_keys=True) if args.json else table(report))
 
