@@ -625,3 +625,50 @@ def test_an_archives_bytes_do_not_depend_on_the_pieces_the_tar_is_fed_to_zstd_in
         monkeypatch.setattr(archive_write, "CHUNK_BYTES", chunk)
         digests.add(write_tar_zst(source, tmp_path / f"out-{chunk}.tar.zst", "kit")[0])
     assert len(digests) == 1
+
+
+
+def _large_tree(base: Path, words: int) -> Path:
+    """A kit-like tree: a seed of ``words`` words (about 5.8 bytes each) and a small file."""
+    (base / "world").mkdir(parents=True)
+    rng = random.Random(28)
+    vocabulary = [bytes(rng.choice(b"abcdefgh") for _ in range(rng.randint(2, 9))) for _ in range(500)]
+    (base / "world" / "seed.sqlite").write_bytes(b" ".join(rng.choice(vocabulary) for _ in range(words)))
+    (base / "a.jsonl").write_bytes(b"{}\n" * 5000)
+    return base
+
+
+def _check_workers_do_not_change_the_bytes(tmp_path: Path, dest: Path, monkeypatch: pytest.MonkeyPatch,
+                                           words: int) -> None:
+    from world_format.archive import write as archive_write
+
+    source = _large_tree(tmp_path / "kit", words)
+    single = write_tar_zst(source, tmp_path / "single.tar.zst", "kit")[0]
+    monkeypatch.setattr(archive_write, "MULTI_WORKER_BYTES", 1 << 20)
+    digests = set()
+    for workers in (1, 2, 3):
+        monkeypatch.setattr(archive_write, "compression_workers", lambda workers=workers: workers)
+        digests.add(write_tar_zst(source, tmp_path / f"workers-{workers}.tar.zst", "kit")[0])
+    assert len(digests) == 1 and single not in digests  # one multi-worker archive, not the single-threaded one
+    with open_archive(tmp_path / "workers-2.tar.zst", dest_parent=dest) as root:
+        assert (root / "world" / "seed.sqlite").read_bytes() == (source / "world" / "seed.sqlite").read_bytes()
+        assert (root / "a.jsonl").read_bytes() == (source / "a.jsonl").read_bytes()
+
+
+def test_a_large_archives_bytes_do_not_depend_on_how_many_workers_compress_it(
+        tmp_path: Path, dest: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _check_workers_do_not_change_the_bytes(tmp_path, dest, monkeypatch, 1_000_000)  # about 6 MB: one zstd job
+
+
+@pytest.mark.slow
+def test_a_large_archive_of_several_zstd_jobs_has_the_same_bytes_for_any_number_of_workers(
+        tmp_path: Path, dest: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _check_workers_do_not_change_the_bytes(tmp_path, dest, monkeypatch, 8_000_000)  # about 46 MB: several jobs
+
+
+def test_only_an_archive_of_at_least_64_mib_of_tar_is_compressed_by_workers() -> None:
+    from world_format.archive import write as archive_write
+
+    assert archive_write.MULTI_WORKER_BYTES == 64 * MiB  # changing it changes the bytes of archives near it
+    assert archive_write.zstd_threads(64 * MiB - 1) == 0
+    assert 1 <= archive_write.zstd_threads(64 * MiB) == archive_write.compression_workers() <= 4

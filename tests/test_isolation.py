@@ -143,6 +143,45 @@ def test_strict_tables_are_digested_exactly_like_the_general_form() -> None:
     assert scan_digests(loose, [table], strict_tables(loose)) == scan_digests(conn, [table])
 
 
+def _spread_table(names: tuple[str, ...], keys: list[int]) -> tuple[sqlite3.Connection, Table]:
+    """A STRICT table with an INTEGER PRIMARY KEY first (named ``names[0]``), text and real columns named by the
+    rest, rows at ``keys``: text with newlines and control characters, reals that are integral or not."""
+    columns = (Column(name=names[0], type="INTEGER", primary_key=True),
+               *(Column(name=name, type="TEXT" if i % 2 else "REAL") for i, name in enumerate(names[1:], 1)))
+    table = Table(name="spread", columns=columns)
+    conn = sqlite3.connect(":memory:")
+    conn.execute(create_table_sql(table))
+    rng = random.Random(len(keys))
+    texts = ["line\none", "tab\tand\r\n", "\x00nul", "\x1f\x7f", "é ü", "", "\\n", None]
+    for key in keys:
+        values = [rng.choice(texts) if i % 2 else rng.choice([1.0, 2.5, -0.0, None]) for i in range(1, len(names))]
+        conn.execute(f"INSERT INTO spread VALUES ({', '.join('?' * len(names))})", (key, *values))
+    return conn, table
+
+
+@pytest.mark.parametrize("names", [("id", "a", "b"), ("rowid", "a", "b"), ("id", "ROWID", "_rowid_"),
+                                   ("id", "rowid", "_rowid_", "oid")], ids=lambda n: "-".join(n))
+@pytest.mark.parametrize("keys", [[], [5], list(range(1, 40)), [-(1 << 63), -3, 0, 7, 1 << 40, (1 << 63) - 1]],
+                         ids=["empty", "one", "dense", "spread"])
+def test_a_table_digested_in_batches_has_the_digest_of_its_rows_read_one_by_one(
+        names: tuple[str, ...], keys: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    conn, table = _spread_table(names, keys)
+    monkeypatch.setattr(runtime_module, "DIGEST_BATCH_ROWS", 4)
+    by_row = runtime_module._table_digest_by_row(conn, table, True, check_text=True)
+    assert by_row.rows == len(keys)
+    assert runtime_module._table_digest(conn, table, True, check_text=True) == by_row
+    assert scan_digests(conn, [table], check_text=True) == {"spread": by_row}  # the general, type-testing form
+
+
+def test_a_batched_digest_refuses_text_that_is_not_utf8() -> None:
+    conn, table = _spread_table(("id", "a", "b"), list(range(1, 10)))
+    conn.execute("UPDATE spread SET a = CAST(X'80ff' AS TEXT) WHERE id = 6")
+    assert runtime_module._table_digest(conn, table, True) == runtime_module._table_digest_by_row(conn, table, True,
+                                                                                                  False)
+    with pytest.raises(UnicodeDecodeError):
+        runtime_module._table_digest(conn, table, True, check_text=True)
+
+
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
 def test_example_seeds_digest_the_same_with_and_without_the_strict_shortcut(example: Path) -> None:
     loaded = load_world(example / "world.json")

@@ -6,9 +6,12 @@ Writing (:func:`write_tar_zst`)
     empty user and group names, mode 0o644 for files and 0o755 for directories) in the PAX
     format. PAX extended headers appear only where ustar cannot hold a name (long or non-ASCII
     names) and never carry times. The tar stream is compressed as a single zstd frame at a
-    fixed level, single-threaded, with the content size and a content checksum in the frame,
-    and written atomically. Identical trees therefore give byte-identical archives whatever
-    the creation order, timestamps or permissions of their files.
+    fixed level, with the content size and a content checksum in the frame, and written
+    atomically: single-threaded below 64 MiB of tar (every kit of a small world), in zstd's
+    multi-worker mode from there on (``MULTI_WORKER_BYTES``: jobs compressed in parallel, whose
+    bytes are the same for any number of workers, one included). Identical trees therefore give
+    byte-identical archives whatever the creation order, timestamps or permissions of their
+    files, and whatever the machine's core count.
 
 Reading (:func:`extract_tar_zst`, :func:`open_archive`)
     The archive is treated as hostile. It is decompressed as a stream with a bounded window and

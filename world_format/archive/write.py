@@ -20,6 +20,32 @@ from .rules import DEFAULT_BUDGET, O_BINARY, O_CLOEXEC, O_NOFOLLOW, ArchiveBudge
 ZSTD_LEVEL = 10
 """The fixed zstd level of :func:`write_tar_zst` (changing it changes every archive's bytes)."""
 
+MULTI_WORKER_BYTES = 64 << 20
+"""A tar stream of at least this many bytes (a kit with a large seed) is compressed in zstd's multi-worker mode: one
+frame still, made of jobs compressed in parallel. Its bytes are the same for every number of workers (one on a
+one-core machine, :func:`compression_workers`), so an archive stays byte-reproducible on any machine; they are not the
+single-threaded mode's bytes, which every smaller archive keeps (changing this threshold changes the bytes of the
+archives between the two values). On two cores it halves the wall time of compressing a 371 MB seed."""
+
+MAX_WORKERS = 4
+"""At most this many zstd workers (each holds its own match tables and job buffers: tens of MB at this level)."""
+
+
+def compression_workers() -> int:
+    """The zstd workers for an archive of at least :data:`MULTI_WORKER_BYTES`: the CPUs this process may run on, at
+    least 1, at most :data:`MAX_WORKERS`. The archive's bytes do not depend on it."""
+    try:
+        available = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - platforms without sched_getaffinity (macOS, Windows)
+        available = os.cpu_count() or 1
+    return max(1, min(MAX_WORKERS, available))
+
+
+def zstd_threads(tar_bytes: int) -> int:
+    """zstandard's ``threads`` for a tar stream of ``tar_bytes``: 0 (single-threaded) below
+    :data:`MULTI_WORKER_BYTES`, else :func:`compression_workers` (multi-worker mode, whatever the count)."""
+    return 0 if tar_bytes < MULTI_WORKER_BYTES else compression_workers()
+
 
 class _Hashing:
     """A binary file that hashes what is written through it (the archive's sha256 without reading it back)."""
@@ -165,13 +191,15 @@ def write_tar_zst(
             f"cannot archive {source_dir}: {total} bytes of files, over the {budget.max_total_bytes}-byte limit"
         )
 
-    compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True, write_checksum=True, threads=0)
+    tar_bytes = _tar_size(root_name, entries)
+    compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True, write_checksum=True,
+                                          threads=zstd_threads(tar_bytes))
     try:
         archive_path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_writer(archive_path) as out:
             hashing = _Hashing(out)
             sink = cast(BinaryIO, hashing)
-            with compressor.stream_writer(sink, size=_tar_size(root_name, entries), closefd=False) as writer:
+            with compressor.stream_writer(sink, size=tar_bytes, closefd=False) as writer:
                 _write_tar(source_dir, root_name, entries, cast(BinaryIO, writer))
             if before_replace is not None:
                 before_replace()
