@@ -669,6 +669,6 @@ def test_a_large_archive_of_several_zstd_jobs_has_the_same_bytes_for_any_number_
 def test_only_an_archive_of_at_least_64_mib_of_tar_is_compressed_by_workers() -> None:
     from world_format.archive import write as archive_write
 
-    assert archive_write.MULTI_WORKER_BYTES == 64 * MiB  # changing it changes the bytes of archives near it
+    assert 64 * MiB == archive_write.MULTI_WORKER_BYTES  # changing it changes the bytes of archives near it
     assert archive_write.zstd_threads(64 * MiB - 1) == 0
     assert 1 <= archive_write.zstd_threads(64 * MiB) == archive_write.compression_workers() <= 4

@@ -144,7 +144,8 @@ def test_minted_confirmations_state_what_the_world_declares(example_kits: dict[s
         turn = case.task.turns[0]
         assert turn.confirms is not None and turn.confirms.tool == "cancel_booking"
         booking, total = turn.confirms.states
-        assert turn.assistant == f"I found your booking {booking} (total: {total}). Shall I cancel it now?"
+        assert turn.assistant == (f"Your booking {booking} has status confirmed. "  # the deciding value, restated
+                                  f"I found your booking {booking} (total: {total}). Shall I cancel it now?")
         assert total.startswith("$") and len(total.split(".")[1]) == 2
 
 
@@ -205,3 +206,31 @@ def test_a_confirmation_that_cannot_be_judged_is_refused_at_load(tmp_path: Path,
     change(world)
     with pytest.raises(WorldFormatError, match=message.replace("(", r"\(").replace("$", r"\$")):
         load_world(write_world(tmp_path, world))
+
+
+def test_a_write_decision_first_restates_the_looked_up_value_it_depends_on(example_kits: dict[str, Path]) -> None:
+    """Airline's minted set_meal cases: the turn after get_leg's observation restates the leg's status as the
+    observation showed it, then calls the write (confirmed) or refuses (flown); the text and call round-trip
+    through the hermes format's parser as one turn."""
+    from trainers.formats.hermes import parse_hermes
+
+    with open_kit(example_kits[AIRLINE]) as kit:
+        rows = [row for row in kit.rows() if row["metadata"]["template"] in ("write_ok", "write_refused")]
+    decided = {"write_ok": 0, "write_refused": 0}
+    for row in rows:
+        messages = row["messages"]
+        index = max(i for i, m in enumerate(messages) if m["role"] == "tool" and m["name"] == "get_leg")
+        leg, turn = json.loads(messages[index]["content"]), messages[index + 1]
+        said = f"Your leg {leg['position']} of booking {leg['booking_id']} has status {leg['status']}."
+        assert turn["content"].startswith(said), (turn["content"], leg)
+        if row["metadata"]["template"] == "write_ok":
+            [call] = turn["tool_calls"]
+            assert turn["content"] == said and leg["status"] == "confirmed"
+            function = call["function"]
+            parsed = parse_hermes(f"{said}\n<tool_call>\n" + json.dumps(
+                {"name": function["name"], "arguments": function["arguments"]}) + "\n</tool_call>")
+            assert parsed.content == said and [c["name"] for c in parsed.tool_calls] == [function["name"]]
+        else:
+            assert not turn.get("tool_calls") and "I'm sorry, I can't" in turn["content"]
+        decided[row["metadata"]["template"]] += 1
+    assert decided["write_ok"] and decided["write_refused"], decided

@@ -154,6 +154,10 @@ def test_the_grammar_admits_declared_calls_with_valid_arguments_and_conversation
     assert not accepts(call("get_order", {}))  # a required field
     assert not accepts(call("issue_refund", {"order_id": 50124, "reason": "bored"}))  # the schema's enum
     assert not accepts("Sure, let me look. <tool_call>")  # an answer never writes a call tag
+    assert accepts("Order 50124 has status shipped.\n" + call("get_order", {"order_id": 50124}))  # a step's say
+    assert not accepts("Order 50124 has status shipped.\n" + call("get_order", {"order_id": 50125}))
+    assert not accepts("Two lines\nof text\n" + call("get_order", {"order_id": 50124}))  # one line only
+    assert not accepts("A <b> tag\n" + call("get_order", {"order_id": 50124}))
 
 
 def test_formats_that_do_not_write_tool_call_json_blocks_are_refused(tiny: tuple[Any, Any]) -> None:
@@ -239,7 +243,8 @@ def test_llguidance_compiles_every_example_tool_and_accepts_its_reference_call(
                 seen.add(function["name"])
                 arguments = {key: function["arguments"][key] for key in order[function["name"]]
                              if key in function["arguments"]}
-                text = ("<tool_call>\n" + json.dumps({"name": function["name"], "arguments": arguments},
+                lead = f"{message['content']}\n" if message.get("content") else ""
+                text = (lead + "<tool_call>\n" + json.dumps({"name": function["name"], "arguments": arguments},
                                                      ensure_ascii=False) + "\n</tool_call>")
                 assert _accepts(constraint, tokenizer, row["messages"][:index], row["tools"], text), (name, text)
         assert seen, name

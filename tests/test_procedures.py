@@ -61,8 +61,10 @@ def test_a_refusal_reads_the_row_and_explains_without_calling_the_write(procedur
     for row in refusals:
         assert [name for name, _ in _calls(row)] == ["find_customer_by_email", "get_order"]
         answer = row["messages"][-1]["content"]
-        assert answer.startswith("I'm sorry, I can't cancel your order ") and answer.endswith(": it is no longer "
-                                                                                              "pending.")
+        order = json.loads(row["messages"][-2]["content"])  # the look-up's observation, restated before deciding
+        said = f"Your order {order['id']} has status {order['status']}. "
+        assert answer.startswith(said + "I'm sorry, I can't cancel your order ") and answer.endswith(
+            ": it is no longer pending.")
         assert "only pending orders can be cancelled" not in answer  # the explanation, not the tool's error
 
 

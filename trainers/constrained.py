@@ -6,7 +6,9 @@ Schema lexemes: one wheel without dependencies that runs on the CPU with transfo
 triton and apache-tvm-ffi, and outlines was not tried). The grammar of one turn is built from the request itself:
 
 * a turn is either a final answer or a question (free text that never writes ``<tool_call>``), or one or more
-  tool calls, each ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>``, as the format writes them;
+  tool calls, each ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>``, as the format writes them,
+  the first optionally after one line of text without ``<`` (a step's ``say``; where the tokenizer holds the tag as
+  one special token, calls alone);
 * the name is one of the declared tools (the prompt's tool list), and the arguments are valid against that tool's
   JSON Schema (types, enums, required fields, no other properties);
 * a parameter that names a row (the tool's ``anchors``: an order number, an email, a customer id) takes only values
@@ -120,13 +122,16 @@ def turn_grammar(tools: Sequence[Mapping[str, Any]], keys: KeySpace,
     if schema is None:
         return "\n".join(["start: TEXT", text, ""])
     open_tag, close_tag = tags or (json.dumps(TOOL_CALL_OPEN), json.dumps(TOOL_CALL_CLOSE))
-    return "\n".join([
-        "start: TEXT | calls",
-        text,
-        'calls: call ("\\n" call)*',
-        f'call: {open_tag} "\\n" args "\\n" {close_tag}',
-        f"args: %json {json.dumps(schema, ensure_ascii=False)}",
-        ""])
+    lines = ["start: TEXT | calls", text, 'calls: first ("\\n" call)*', "first: call",
+             f'call: {open_tag} "\\n" args "\\n" {close_tag}',
+             f"args: %json {json.dumps(schema, ensure_ascii=False)}"]
+    if not open_tag.startswith("<["):
+        # one line of text before the first call, lexed with the tag as one lexeme: a TEXT lexeme alive beside a
+        # separate line lexeme would swallow the newline (the lexer is greedy) and the call after it
+        lead = f"[^<\\n]+\\n{re.escape(TOOL_CALL_OPEN)}"
+        lines[3] = "first: call | lead_call"
+        lines += [f'lead_call: LEAD_OPEN "\\n" args "\\n" {close_tag}', f"LEAD_OPEN: /{lead}/"]
+    return "\n".join([*lines, ""])
 
 
 def _tag(tokenizer: Any, tag: str) -> str:

@@ -566,6 +566,10 @@ class Step(StrictModel):
     """Literal arguments, or {"$from": step, "pointer": "/id"} threaded from an earlier observation."""
     expect_error: bool = False
     """Whether this call is expected to return a tool error (e.g. a refused write)."""
+    say: str | None = Field(default=None, min_length=1, max_length=500, pattern=r"^[^<\n]+$")
+    """What the agent says in the same turn, before this call: one line without "<", e.g. restating the
+    looked-up value the call depends on ("Leg 2 of booking VYKYYB has status confirmed."). Replayed rows carry it
+    as the assistant message's content beside its tool call; verifiers do not read it."""
 
 
 class Family(StrictModel):

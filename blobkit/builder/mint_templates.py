@@ -67,6 +67,27 @@ def _read_by(tool: Tool, table: Any) -> set[str]:
     return {c.name for c in table.columns if re.search(rf"\b{re.escape(c.name)}\b", text)}
 
 
+def _restatement(m: Minter, tool: Tool, table: Any, row: Any, told: str) -> str | None:
+    """One line restating the looked-up values the write's explained preconditions read ("Your leg 2 of booking
+    VYKYYB has status confirmed."), said in the decision's turn before the call, the refusal or the confirmation
+    question, so that the turn copies the deciding value before it decides; None when no such value is a scalar
+    of ``row`` (the look-up's observation; keys, unique columns and the tool's arguments are not restated) or the
+    line would hold a newline or "<"."""
+    if not isinstance(row, dict):
+        return None
+    explained = [p for p in tool.preconditions if p.explanation]
+    text = " ".join(p.sql for p in explained)
+    properties = tool.parameters.get("properties")
+    parameters = (set(properties) if isinstance(properties, dict) else set()) | set(table.key_columns)
+    stated = [f"{words(m.world, table.name, c.name)} {row[c.name]}" for c in table.columns
+              if c.name not in parameters and not c.unique and re.search(rf"\b{re.escape(c.name)}\b", text)
+              and isinstance(row.get(c.name), str | int | float) and not isinstance(row.get(c.name), bool)]
+    if not stated:
+        return None
+    line = sentence(f"{told[0].upper()}{told[1:]} has {' and '.join(stated)}")
+    return None if "<" in line or "\n" in line else line
+
+
 def _access_checks(m: Minter, spec: TaskSpec, key: Any, address: Address, steps: list[Step], role: str,
                    then: str | None = None) -> list[dict[str, Any]]:
     """The address's checks — the identification before the chain's first own call (or, when the chain makes
@@ -182,7 +203,9 @@ def _write(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | None
     chain_extras, literal_extras, stated = filled
     write_args = {**threaded_key(spec.params("write"), table, row_step), **chain_extras}
     refused = spec.template == "write_refused"
-    write = Step(tool=tool.name, arguments=write_args, expect_error=refused)
+    said = _restatement(m, tool, table, observations[row_step], address.told)
+    write = Step(tool=tool.name, arguments=write_args, expect_error=refused,
+                 say=said if spec.template == "write_ok" else None)
     ran = m.run([*steps, write])
     if ran is None:
         return None
@@ -193,7 +216,7 @@ def _write(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | None
     base = _access_checks(m, spec, key, address, steps, "lookup", then=None if refused else tool.name)
     written = {**key_arguments(spec, "write", table, key), **literal_extras}
     if refused:
-        return _refusal(m, spec, key, address, steps + [write], ran, tool, instruction, base, stated)
+        return _refusal(m, spec, key, address, steps + [write], ran, tool, instruction, base, stated, said)
     observations, _errors, changes = ran
     if not changes:
         return None
@@ -201,7 +224,7 @@ def _write(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | None
     turns: tuple[UserTurn, ...] = ()
     if spec.template == "write_confirmed":
         turns = (_confirmation(m, tool, resolve_arguments(write, observations[:-1]), len(steps), address, action,
-                               stated),)
+                               stated, said),)
     verified, unchanged = state_checks(m.world, changes)
     listed = {"list_match": "multiset"} if any(isinstance(v, list) for v in written.values()) else {}
     checks = base + [check("tool_called", tool=tool.name, arguments=written, **listed)] + verified + [unchanged]
@@ -211,7 +234,7 @@ def _write(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | None
 
 
 def _confirmation(m: Minter, tool: Tool, arguments: dict[str, Any], after_step: int, address: Address,
-                  action: str, stated: tuple[tuple[str, Any], ...]) -> UserTurn:
+                  action: str, stated: tuple[tuple[str, Any], ...], said: str | None = None) -> UserTurn:
     """The scripted confirmation before a ``confirm`` write: the agent names the row and the action and states
     what the tool's ``confirm`` declares (labels, money formats), the customer says yes."""
     lookup = seed_lookup(m.runtime)
@@ -220,12 +243,13 @@ def _confirmation(m: Minter, tool: Tool, arguments: dict[str, Any], after_step: 
                if not text_spans(question, value)]
     found = f"I found {address.told}" + (f" ({'; '.join(details)})" if details else "")
     return UserTurn(after_step=after_step, user=CONFIRMATION,
-                    assistant=f"{found}. {question}",
+                    assistant=f"{said} {found}. {question}" if said else f"{found}. {question}",
                     confirms=confirmation_request(m.world, tool, arguments, lookup))
 
 
 def _refusal(m: Minter, spec: TaskSpec, key: Any, address: Address, steps: list[Step], ran: Any, tool: Tool,
-             instruction: str, base: list[dict[str, Any]], stated: tuple[tuple[str, Any], ...]) -> Instance | None:
+             instruction: str, base: list[dict[str, Any]], stated: tuple[tuple[str, Any], ...],
+             said: str | None = None) -> Instance | None:
     """The write refused by a precondition, explained in the world's words. Under ``check_before_write`` the
     chain stops at the look-up and the verifier requires that the write was never called."""
     observations, _errors, changes = ran
@@ -235,6 +259,7 @@ def _refusal(m: Minter, spec: TaskSpec, key: Any, address: Address, steps: list[
         return None
     action = tool.action or tool.name.replace("_", " ")
     answer = sentence(f"I'm sorry, I can't {acting(action, address.told, stated)}: {failed.explanation}")
+    answer = f"{said} {answer}" if said else answer
     others = tuple(sorted({p.explanation for t in m.world.tools for p in t.preconditions if p.explanation}
                           - {failed.explanation} | {COMPLETED}))
     checks = base + [answer_check(failed.explanation, others=others), check("unchanged_except")]

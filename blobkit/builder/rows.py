@@ -36,7 +36,7 @@ def replay_row(runtime: WorldRuntime, task: Task, ids: tuple[str, str], system: 
             conversation.ask(task.turns[index])
             continue
         event = result.events[index]
-        [ident] = conversation.tool_calls([(event.tool, event.arguments)])
+        [ident] = conversation.tool_calls([(event.tool, event.arguments)], task.reference[index].say or "")
         conversation.observation(ident, event.tool, event.observation)
     conversation.answer(answer)
     metadata = {
