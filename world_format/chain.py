@@ -81,7 +81,8 @@ def interleaved(calls: int, turns_at: Sequence[int]) -> Iterator[tuple[Literal["
 
 def run_chain(episode: Episode, steps: Sequence[Step], turns: Sequence[UserTurn] = ()) -> ChainRun:
     """Execute steps in order, asking each scripted turn's question (its ``assistant`` wording) before step
-    ``after_step`` (the rest at the end) of the scripted customer (:mod:`world_format.customer`); ``clean`` is
+    ``after_step`` (the rest at the end) of the scripted customer (:mod:`world_format.customer`), and recording a
+    step's ``say`` as a remark before its call (so the verdict sees what the replayed row shows); ``clean`` is
     false when a step errs unexpectedly (or fails to err) or the customer does not take a question as the one its
     reply answers."""
     observations: list[Any] = []
@@ -100,6 +101,8 @@ def run_chain(episode: Episode, steps: Sequence[Step], turns: Sequence[UserTurn]
             arguments = resolve_arguments(step, observations)
         except ReplayError as exc:
             return ChainRun(tuple(episode.trace), False, f"step {index}: {exc}")
+        if step.say:  # said beside the call, as an agent's text before its calls is recorded (a remark)
+            episode.say(step.say, "remark")
         event = episode.call(step.tool, arguments)
         observations.append(event.observation)
         if event.error != step.expect_error and not problem:

@@ -569,7 +569,8 @@ class Step(StrictModel):
     say: str | None = Field(default=None, min_length=1, max_length=500, pattern=r"^[^<\n]+$")
     """What the agent says in the same turn, before this call: one line without "<", e.g. restating the
     looked-up value the call depends on ("Leg 2 of booking VYKYYB has status confirmed."). Replayed rows carry it
-    as the assistant message's content beside its tool call; verifiers do not read it."""
+    as the assistant message's content beside its tool call; VCode does not read it, the declared procedures check
+    it as they check anything the agent says (it must not name another customer)."""
 
 
 class Family(StrictModel):
