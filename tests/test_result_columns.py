@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from world_format.loader import load_world
-from world_format.result_columns import result_sources, root_column
+from world_format.result_columns import precondition_reads, result_sources, root_column
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,3 +30,23 @@ def test_every_example_tool_that_runs_sql_is_traced() -> None:
         sources = result_sources(world)
         assert set(sources) == {tool.name for tool in world.tools if tool.statements}, example
         assert any(sources.values()), example
+
+
+def test_a_preconditions_reads_are_the_columns_sqlite_reports_reading_table_by_table() -> None:
+    world = load_world(ROOT / "examples" / "airline_desk" / "world.json").world
+    reads = precondition_reads(world)
+    exists, confirmed, flown = reads["cancel_booking"] or ()
+    assert exists == {("bookings", "id")} and confirmed == {("bookings", "id"), ("bookings", "status")}
+    # "status" in a subquery on the legs is the legs' status, not the booking's (a name in the text would be both)
+    assert flown == {("booking_legs", "booking_id"), ("booking_legs", "status")}
+    assert ("booking_legs", "extras") in (reads["set_meal"] or ())[2]  # read inside json_extract(extras, '$.meal')
+    assert "get_booking" not in reads  # no preconditions
+
+
+def test_a_tool_whose_precondition_does_not_run_on_the_schema_reads_what_is_unknown() -> None:
+    world = load_world(ROOT / "examples" / "airline_desk" / "world.json").world
+    tools = tuple(tool.model_copy(update={"preconditions": (tool.preconditions[0].model_copy(
+        update={"sql": "SELECT status FROM no_such_table"}),)}) if tool.name == "set_meal" else tool
+        for tool in world.tools)
+    reads = precondition_reads(world.model_copy(update={"tools": tools}))
+    assert reads["set_meal"] is None and reads["cancel_booking"] is not None

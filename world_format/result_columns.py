@@ -8,6 +8,9 @@ prepares the statement; run on an empty copy of the declared schema, that gives,
 the ``table.column`` pairs read that are called ``name`` (an aliased or computed column, ``SELECT id AS refund_id``
 or ``count(*)``, reads none and stays unknown). Each pair is then followed up its declared references to the column
 it finally names (``orders.customer_id`` → ``customers.id``), its *root* (:func:`root_column`).
+
+The same authorizer tells which stored columns a tool's preconditions read (:func:`precondition_reads`): what
+the tool's decision depends on, so that a minted turn can restate those values before it decides.
 """
 
 from __future__ import annotations
@@ -45,9 +48,14 @@ def _schema(world: World) -> sqlite3.Connection:
     return conn
 
 
-def _tool_sources(world: World, conn: sqlite3.Connection, tool: Tool) -> dict[str, frozenset[str]]:
-    """One tool's :data:`ResultSources` (empty when its SQL does not prepare on the empty schema)."""
-    reads: set[tuple[str, str]] = set()
+Read = tuple[str, str]
+"""A stored column an SQL statement reads: ``(table, column)``."""
+
+
+def _reads(conn: sqlite3.Connection, statement: str) -> tuple[set[Read], list[str]]:
+    """The columns ``statement`` reads (SQLite's SQLITE_READ events while it runs on ``conn``) and its result
+    columns' names; sqlite3.Error (or ValueError for a parameter other than ``:name``) when it does not run."""
+    reads: set[Read] = set()
 
     def authorize(action: int, table: str | None, column: str | None, *_: object) -> int:
         if action == sqlite3.SQLITE_READ and table and column:
@@ -56,15 +64,23 @@ def _tool_sources(world: World, conn: sqlite3.Connection, tool: Tool) -> dict[st
 
     conn.set_authorizer(authorize)
     try:
-        names: list[str] = []
-        for statement in tool.statements:
-            cursor = conn.execute(statement, {name: None for name in named_parameters(statement)})
-            names = [column[0] for column in cursor.description or ()]
-    except (sqlite3.Error, ValueError):
-        return {}
+        cursor = conn.execute(statement, {name: None for name in named_parameters(statement)})
+        return reads, [column[0] for column in cursor.description or ()]
     finally:
         conn.set_authorizer(None)
         conn.rollback()
+
+
+def _tool_sources(world: World, conn: sqlite3.Connection, tool: Tool) -> dict[str, frozenset[str]]:
+    """One tool's :data:`ResultSources` (empty when its SQL does not prepare on the empty schema)."""
+    reads: set[Read] = set()
+    try:
+        names: list[str] = []
+        for statement in tool.statements:
+            read, names = _reads(conn, statement)
+            reads |= read
+    except (sqlite3.Error, ValueError):
+        return {}
     return {name: frozenset(root_column(world, f"{table}.{column}") for table, column in reads if column == name)
             for name in names if any(column == name for _, column in reads)}
 
@@ -74,5 +90,22 @@ def result_sources(world: World) -> dict[str, ResultSources]:
     conn = _schema(world)
     try:
         return {tool.name: _tool_sources(world, conn, tool) for tool in world.tools if tool.statements}
+    finally:
+        conn.close()
+
+
+def precondition_reads(world: World) -> dict[str, tuple[frozenset[Read], ...] | None]:
+    """``{tool: the columns each of its preconditions reads, in order}`` for every tool with preconditions; None for
+    a tool one of whose preconditions does not run on the empty schema (what it reads is then unknown)."""
+    conn = _schema(world)
+    found: dict[str, tuple[frozenset[Read], ...] | None] = {}
+    try:
+        for tool in world.tools:
+            if tool.preconditions:
+                try:
+                    found[tool.name] = tuple(frozenset(_reads(conn, p.sql)[0]) for p in tool.preconditions)
+                except (sqlite3.Error, ValueError):
+                    found[tool.name] = None
+        return found
     finally:
         conn.close()

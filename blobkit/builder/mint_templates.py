@@ -9,7 +9,6 @@ Under the ``check_before_write`` procedure a refusal reads the row and does not 
 
 from __future__ import annotations
 
-import re
 from decimal import Decimal
 from typing import Any
 
@@ -17,7 +16,8 @@ from blobkit.wording import counted, sentence
 from world_format.affirmed import text_spans
 from world_format.chain import resolve_arguments, threaded
 from world_format.confirmation import confirmation_request, labelled_states, seed_lookup
-from world_format.models import Precondition, Step, Tool, UserTurn
+from world_format.models import Precondition, Step, Table, Tool, UserTurn
+from world_format.result_columns import root_column
 from world_format.state import quote_identifier
 
 from .addressing import Address, threaded_key
@@ -60,30 +60,53 @@ def _looked_up(m: Minter, spec: TaskSpec, key: Any, address: Address, role: str,
     return steps, len(steps) - 1, observations
 
 
-def _read_by(tool: Tool, table: Any) -> set[str]:
-    """The columns of ``table`` that ``tool``'s preconditions read (named in their SQL): what an agent checking
-    before the write must have seen."""
-    text = " ".join(p.sql for p in tool.preconditions)
-    return {c.name for c in table.columns if re.search(rf"\b{re.escape(c.name)}\b", text)}
+def _read_by(m: Minter, tool: Tool, table: Table, explained: bool = False) -> set[str] | None:
+    """The columns of ``table`` that ``tool``'s preconditions (``explained``: only those with an explanation, the
+    ones a refusal can name) read, as SQLite reports them while preparing each (:meth:`Minter.precondition_reads`):
+    what an agent checking before the write must have seen; None when that is unknown."""
+    reads = m.precondition_reads(tool.name)
+    if reads is None:
+        return None
+    chosen = [read for p, read in zip(tool.preconditions, reads, strict=True) if p.explanation or not explained]
+    return {column for read in chosen for name, column in read if name == table.name}
 
 
-def _restatement(m: Minter, tool: Tool, table: Any, row: Any, told: str) -> str | None:
+def _argument_columns(tool: Tool, table: Table) -> set[str]:
+    """The columns of ``table`` a call of ``tool`` names rather than decides on: the table's key and unique
+    columns, the columns the tool's ``anchors`` bind a parameter to, and the columns named as a parameter."""
+    properties = tool.parameters.get("properties")
+    named = set(properties) if isinstance(properties, dict) else set()
+    anchored = {target.partition(".")[2] for target in tool.anchors.values() if target.partition(".")[0] == table.name}
+    return named | anchored | set(table.key_columns) | {c.name for c in table.columns if c.unique}
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, str | int | float) and not isinstance(value, bool)
+
+
+def _deciding(m: Minter, tool: Tool, table: Table, lookup: str, row: dict[str, Any]) -> list[str] | None:
+    """The columns of the looked-up row whose values decide ``tool``'s explained preconditions and that the look-up
+    (a call of ``lookup``, observation ``row``) shows as scalars, in declared order; None when unknown or ambiguous
+    (a deciding column shown under a name that the look-up's SQL also reads from another column)."""
+    read = _read_by(m, tool, table, explained=True)
+    if read is None:
+        return None
+    sources = m.result_sources(lookup)
+    deciding = [c.name for c in table.columns if c.name in read - _argument_columns(tool, table) and c.name in row]
+    if any(sources.get(name) != {root_column(m.world, f"{table.name}.{name}")} for name in deciding):
+        return None
+    return [name for name in deciding if _scalar(row[name])]
+
+
+def _restatement(m: Minter, tool: Tool, table: Table, lookup: str, row: Any, told: str) -> str | None:
     """One line restating the looked-up values the write's explained preconditions read ("Your leg 2 of booking
     VYKYYB has status confirmed."), said in the decision's turn before the call, the refusal or the confirmation
-    question, so that the turn copies the deciding value before it decides; None when no such value is a scalar
-    of ``row`` (the look-up's observation; keys, unique columns and the tool's arguments are not restated) or the
-    line would hold a newline or "<"."""
-    if not isinstance(row, dict):
+    question, so that the turn copies the deciding value before it decides; None when there is none
+    (:func:`_deciding`; ``row`` is the look-up's observation) or the line would hold a newline or "<"."""
+    deciding = _deciding(m, tool, table, lookup, row) if isinstance(row, dict) else None
+    if not deciding:
         return None
-    explained = [p for p in tool.preconditions if p.explanation]
-    text = " ".join(p.sql for p in explained)
-    properties = tool.parameters.get("properties")
-    parameters = (set(properties) if isinstance(properties, dict) else set()) | set(table.key_columns)
-    stated = [f"{words(m.world, table.name, c.name)} {row[c.name]}" for c in table.columns
-              if c.name not in parameters and not c.unique and re.search(rf"\b{re.escape(c.name)}\b", text)
-              and isinstance(row.get(c.name), str | int | float) and not isinstance(row.get(c.name), bool)]
-    if not stated:
-        return None
+    stated = [f"{words(m.world, table.name, name)} {spoken(row[name])}" for name in deciding]
     line = sentence(f"{told[0].upper()}{told[1:]} has {' and '.join(stated)}")
     return None if "<" in line or "\n" in line else line
 
@@ -190,7 +213,9 @@ def _write(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | None
     address = m.address(spec, key)
     tool, table = m.world.tool(spec.tool("write")), key_table(m.world, spec.anchor)
     assert tool is not None
-    needs = _read_by(tool, table) | {detail for _, (kind, detail) in spec.extras if kind == "row"}
+    read = _read_by(m, tool, table)
+    needs = ({c.name for c in table.columns} if read is None else read) | {
+        detail for _, (kind, detail) in spec.extras if kind == "row"}
     found = _looked_up(m, spec, key, address, "lookup", needs) if address is not None else None
     if address is None or found is None:
         return None
@@ -203,7 +228,7 @@ def _write(m: Minter, spec: TaskSpec, key: Any, variant: int) -> Instance | None
     chain_extras, literal_extras, stated = filled
     write_args = {**threaded_key(spec.params("write"), table, row_step), **chain_extras}
     refused = spec.template == "write_refused"
-    said = _restatement(m, tool, table, observations[row_step], address.told)
+    said = _restatement(m, tool, table, steps[row_step].tool, observations[row_step], address.told)
     write = Step(tool=tool.name, arguments=write_args, expect_error=refused,
                  say=said if spec.template == "write_ok" else None)
     ran = m.run([*steps, write])
