@@ -20,7 +20,7 @@ import pytest
 from conftest import SHARED, write_world
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tool_format_support import assistant_turns, expected_calls
+from tool_format_support import assistant_turns, expected_calls, expected_content
 from worlds import small_world
 
 from blobkit.builder import BuildConfig, build_kit
@@ -160,7 +160,7 @@ def test_every_kit_of_a_handed_world_reads_back_byte_identical_and_parses_back_i
             for turn in assistant_turns(fmt, row)[1]:
                 parsed = fmt.parse(turn.written)
                 assert parsed.parse_errors == [] and parsed.tool_calls == expected_calls(turn.message), fmt.name
-                assert parsed.content == turn.message["content"].strip(), fmt.name
+                assert parsed.content == expected_content(fmt, turn.message), fmt.name
 
 
 # --------------------------------------------------------------------------- what a tokenizer cannot write back

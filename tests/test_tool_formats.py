@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tool_format_support import assistant_turns, expected_calls
+from tool_format_support import assistant_turns, expected_calls, expected_content
 
 from blobkit.errors import ConfigError
 from trainers.config import ToolFormatName, TrainConfig
@@ -51,7 +51,7 @@ def test_every_row_renders_one_block_per_assistant_turn_that_parses_back_to_its_
             parsed = fmt.parse(turn.written)
             assert parsed.parse_errors == [], parsed.parse_errors
             assert parsed.tool_calls == expected_calls(turn.message)
-            assert parsed.content == turn.message["content"].strip()
+            assert parsed.content == expected_content(fmt, turn.message)
             assert turn.written.endswith(fmt.end_tokens[0]), repr(turn.written[-20:])
 
     rows = example_rows[example]
@@ -182,6 +182,35 @@ def test_qwen3_reasoning_never_becomes_the_answer_in_rendering_or_parsing() -> N
     assert parse_qwen3("still thinking</think>Done.").content == "Done."
     cut = parse_qwen3("<think>I will call get_order")
     assert cut.content == "" and cut.parse_errors and not cut.is_final
+
+
+SAID = "Your leg 2 of booking VYKYYB has status confirmed."
+
+
+def said_then_called() -> dict[str, Any]:
+    """A row whose deciding turn says one line (a step's ``say``) and then calls the write."""
+    call = {"id": "call_0", "type": "function",
+            "function": {"name": "set_meal", "arguments": {"booking_id": "VYKYYB", "meal": "kosher", "position": 2}}}
+    parameters = {"type": "object", "properties": {"booking_id": {"type": "string"}, "meal": {"type": "string"},
+                                                   "position": {"type": "integer"}}}
+    return {"tools": [{"type": "function", "function": {"name": "set_meal", "description": "Set a leg's meal.",
+                                                        "parameters": parameters}}],
+            "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+                         {"role": "assistant", "content": SAID, "tool_calls": [call]},
+                         {"role": "tool", "tool_call_id": "call_0", "name": "set_meal", "content": '{"affected":1}'},
+                         {"role": "assistant", "content": "Done."}]}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_turn_that_says_a_line_then_calls_renders_and_parses_back_to_the_line_and_the_call(name: str) -> None:
+    """Every format writes the line before the call and reads both back, except Llama 3's, whose template writes a
+    call turn as the call alone (``content_with_calls``): the line is dropped and the call still round-trips."""
+    fmt, row = FORMATS[name], said_then_called()
+    _, turns = assistant_turns(fmt, row)
+    parsed = fmt.parse(turns[0].written)
+    assert parsed.parse_errors == [] and parsed.tool_calls == expected_calls(row["messages"][2])
+    assert parsed.content == (SAID if fmt.content_with_calls else "")
+    assert (SAID in turns[0].written) == fmt.content_with_calls
 
 
 def test_llama3_calls_parse_with_parameters_or_arguments_and_bad_json_is_an_error() -> None:

@@ -41,3 +41,9 @@ def expected_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
     """A row message's tool calls as a parser returns them."""
     return [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
             for c in message.get("tool_calls") or []]
+
+
+def expected_content(fmt: ToolFormat, message: dict[str, Any]) -> str:
+    """A row message's text as the format's parser returns it: none beside calls in a format that drops it."""
+    dropped = bool(message.get("tool_calls")) and not fmt.content_with_calls
+    return "" if dropped else str(message.get("content") or "").strip()

@@ -68,6 +68,9 @@ class ToolFormat:
     """The ``bos_token`` the template writes when rendered as text (the tokenizer's own when applied)."""
     one_call_per_turn: bool = False
     """The family writes at most one tool call per assistant turn (Llama 3.x)."""
+    content_with_calls: bool = True
+    """The template writes an assistant turn's text before its calls (a step's ``say``); False: it writes the calls
+    alone and drops that text, so such a turn still renders and parses back to its calls (Llama 3.x)."""
 
     @property
     def template(self) -> str:

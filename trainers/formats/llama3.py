@@ -5,7 +5,9 @@ JSON-based function calling") and Meta's chat template: custom tools are JSON sc
 user message, the assistant answers a call with one JSON object whose arguments are under
 ``parameters``, followed by ``<|eot_id|>``, and the tool result comes back in the ``ipython`` role.
 The template writes one call per assistant turn (Meta's raises on more); a kit row with two calls in
-one turn cannot be written in this format (ToolFormatError). The parser also accepts ``arguments``
+one turn cannot be written in this format (ToolFormatError). A call turn is the call's JSON alone, as Meta's
+template writes it: text the row's turn says before its call (a step's ``say``) is dropped, so the row trains
+and evaluates as the call alone (``content_with_calls=False``). The parser also accepts ``arguments``
 for ``parameters`` and a leading ``<|python_tag|>`` (Llama 3.1's built-in-tool prefix). A turn of JSON that
 names no call (no ``name`` with ``parameters``/``arguments``) is an answer: Llama 3 models answer in JSON when
 asked for structured output.
@@ -56,6 +58,6 @@ def parse_llama3(text: str) -> ParsedTurn:
 LLAMA3 = ToolFormat(
     name="llama3", template_file="llama3.jinja", end_tokens=END_TOKENS,
     control_tokens=("<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"),
-    parser=parse_llama3, bos_token="<|begin_of_text|>", one_call_per_turn=True,
+    parser=parse_llama3, bos_token="<|begin_of_text|>", one_call_per_turn=True, content_with_calls=False,
     source="Meta's Llama 3.2 chat template (meta-llama/Llama-3.2-*-Instruct; TRL 1.16 trl/chat_templates/"
            "llama3_2.jinja) with generation markers and a fixed date; Llama 3.1/3.2 model cards, JSON tool calling")
