@@ -208,29 +208,64 @@ def test_a_confirmation_that_cannot_be_judged_is_refused_at_load(tmp_path: Path,
         load_world(write_world(tmp_path, world))
 
 
-def test_a_write_decision_first_restates_the_looked_up_value_it_depends_on(example_kits: dict[str, Path]) -> None:
-    """Airline's minted set_meal cases: the turn after get_leg's observation restates the leg's status as the
-    observation showed it, then calls the write (confirmed) or refuses (flown); the text and call round-trip
-    through the hermes format's parser as one turn."""
-    from trainers.formats.hermes import parse_hermes
+LOOKED_UP = {"get_leg": "Your leg {position} of booking {booking_id} has status {status}.",
+             "get_booking": "Your booking {id} has status {status}."}
+"""How airline's deciding turns restate the row a look-up returned (the status its write's precondition reads)."""
 
+
+def _deciding_turn(row: dict[str, Any]) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    """(the last look-up's observation, its restatement, the assistant turn after it) of an airline write row."""
+    messages = row["messages"]
+    index = max(i for i, m in enumerate(messages) if m["role"] == "tool" and m["name"] in LOOKED_UP)
+    looked = json.loads(messages[index]["content"])
+    return looked, LOOKED_UP[messages[index]["name"]].format(**looked), messages[index + 1]
+
+
+def test_a_write_decision_first_restates_the_looked_up_value_it_depends_on(example_kits: dict[str, Path]) -> None:
+    """Airline's minted writes: the turn after the look-up's observation starts by restating the row's status as
+    the observation showed it, then calls the write (set_meal on a confirmed leg), refuses (a leg no longer
+    confirmed, or one that already has the meal) or asks to confirm (cancel_booking on a confirmed booking)."""
     with open_kit(example_kits[AIRLINE]) as kit:
+        rows = [row for row in kit.rows() if row["metadata"]["template"].startswith("write_")]
+    decided = {"write_ok": 0, "write_refused": 0, "write_confirmed": 0}
+    for row in rows:
+        template = row["metadata"]["template"]
+        looked, said, turn = _deciding_turn(row)
+        assert turn["content"].startswith(said), (turn["content"], looked)
+        if template == "write_ok":
+            [call] = turn["tool_calls"]
+            assert turn["content"] == said and looked["status"] == "confirmed"
+            assert call["function"]["name"] == "set_meal"
+        elif template == "write_refused":
+            reason = "it already has that meal" if looked["status"] == "confirmed" else "that flight is no longer"
+            assert not turn.get("tool_calls") and f": {reason}" in turn["content"]
+            assert turn["content"].startswith(f"{said} I'm sorry, I can't change the meal on ")
+        else:
+            assert not turn.get("tool_calls") and looked["status"] == "confirmed"
+            assert turn["content"].startswith(f"{said} I found ") and turn["content"].endswith("?")
+        decided[template] += 1
+    assert all(decided.values()), decided
+
+
+def test_it_helpdesk_repairs_restate_the_device_status_and_warranty_before_deciding(
+        example_kits: dict[str, Path]) -> None:
+    """send_device_for_repair's explained preconditions read the device's status and warranty end (not its id, the
+    call's argument): the deciding turn restates both as find_device_by_asset_tag returned them."""
+    with open_kit(example_kits["it_helpdesk"]) as kit:
         rows = [row for row in kit.rows() if row["metadata"]["template"] in ("write_ok", "write_refused")]
     decided = {"write_ok": 0, "write_refused": 0}
     for row in rows:
         messages = row["messages"]
-        index = max(i for i, m in enumerate(messages) if m["role"] == "tool" and m["name"] == "get_leg")
-        leg, turn = json.loads(messages[index]["content"]), messages[index + 1]
-        said = f"Your leg {leg['position']} of booking {leg['booking_id']} has status {leg['status']}."
-        assert turn["content"].startswith(said), (turn["content"], leg)
-        if row["metadata"]["template"] == "write_ok":
-            [call] = turn["tool_calls"]
-            assert turn["content"] == said and leg["status"] == "confirmed"
-            function = call["function"]
-            parsed = parse_hermes(f"{said}\n<tool_call>\n" + json.dumps(
-                {"name": function["name"], "arguments": function["arguments"]}) + "\n</tool_call>")
-            assert parsed.content == said and [c["name"] for c in parsed.tool_calls] == [function["name"]]
-        else:
-            assert not turn.get("tool_calls") and "I'm sorry, I can't" in turn["content"]
+        found = [i for i, m in enumerate(messages) if m["role"] == "tool" and m["name"] == "find_device_by_asset_tag"]
+        if not found:
+            continue
+        device, turn = json.loads(messages[found[-1]]["content"]), messages[found[-1] + 1]
+        said = (f"Your device with asset tag {device['asset_tag']} has status {device['status']} and warranty end "
+                f"date {device['warranty_until']}.")
+        assert turn["content"].startswith(said), (turn["content"], device)
         decided[row["metadata"]["template"]] += 1
-    assert decided["write_ok"] and decided["write_refused"], decided
+        if turn.get("tool_calls"):
+            assert turn["content"] == said and device["status"] == "in_use"
+        else:
+            assert "I'm sorry, I can't send your device" in turn["content"]
+    assert all(decided.values()), decided

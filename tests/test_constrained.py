@@ -248,3 +248,28 @@ def test_llguidance_compiles_every_example_tool_and_accepts_its_reference_call(
                                                      ensure_ascii=False) + "\n</tool_call>")
                 assert _accepts(constraint, tokenizer, row["messages"][:index], row["tools"], text), (name, text)
         assert seen, name
+
+
+def test_a_rendered_turn_that_restates_then_calls_parses_back_and_is_admitted_by_the_grammar(
+        example_kits: dict[str, Path], tiny: tuple[Any, Any]) -> None:
+    """Airline's first set_meal row in the tokenizer's own format: the deciding turn (the leg's status restated,
+    then the call), as the template writes it, parses back to the same line and call, and the grammar compiled for
+    that turn admits it."""
+    from tool_format_support import assistant_turns, expected_calls
+
+    from world_format.kit import open_kit
+
+    _, tokenizer = tiny
+    fmt = format_of(tokenizer)
+    with open_kit(example_kits["airline_desk"]) as kit:
+        keys, rows = key_space(kit.world().world), kit.rows()
+    row = next(row for row in rows if row["metadata"]["template"] == "write_ok")
+    turn = next(turn for turn in assistant_turns(fmt, row)[1]
+                if turn.message.get("content") and turn.message.get("tool_calls"))
+    parsed = fmt.parse(turn.written)
+    assert parsed.content == turn.message["content"] and parsed.tool_calls == expected_calls(turn.message)
+    assert parsed.content.endswith("has status confirmed.")
+    position = row["messages"].index(turn.message)
+    written = turn.written.removesuffix(fmt.end_tokens[0])
+    constraint = ToolCallConstraint(tokenizer, fmt, keys)
+    assert _accepts(constraint, tokenizer, row["messages"][:position], row["tools"], written), written
