@@ -57,8 +57,9 @@ def test_a_build_opens_the_same_databases_however_many_episodes_it_runs(tmp_path
     build_kit(world, tmp_path / "many", BuildConfig(train_cases_per_task=8, eval_cases_per_task=3))
     assert counted["episodes"] > few["episodes"] + 20
     # the seed built from inline rows, the working copy, one read-only copy that is both the pristine state and
-    # what the entity lookups read (LoadedWorld.seed_copy), and the empty schema the gate's grounding check traces
-    # result columns on (world_format/result_columns.py): never one per episode
+    # what the entity lookups read (LoadedWorld.seed_copy), and the empty schema on which the gate's grounding check
+    # traces result columns and the minter the preconditions' reads (world_format/result_columns.py, once per
+    # runtime): never one per episode
     assert counted["connections"] == few["connections"] == 4
 
 

@@ -37,11 +37,12 @@ class KeySpace:
     """``{tool: {result column: root columns}}``: what an observation's values name, by the tool that answered."""
 
 
-def key_space(world: World) -> KeySpace:
-    """The world's :class:`KeySpace`: each tool's ``anchors`` as root columns, and its result columns' sources."""
+def key_space(world: World, sources: Mapping[str, ResultSources] | None = None) -> KeySpace:
+    """The world's :class:`KeySpace`: each tool's ``anchors`` as root columns, and its result columns' sources
+    (``sources`` when the caller traced them already: :func:`~world_format.result_columns.sql_reads`)."""
     parameters = {tool.name: {name: root_column(world, anchor) for name, anchor in tool.anchors.items()}
                   for tool in world.tools if tool.anchors}
-    return KeySpace(parameters=parameters, sources=result_sources(world))
+    return KeySpace(parameters=parameters, sources=result_sources(world) if sources is None else sources)
 
 
 @dataclass

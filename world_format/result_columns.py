@@ -17,10 +17,15 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .models import Tool, World
 from .sqlguard import named_parameters
 from .state import create_table_sql
+
+if TYPE_CHECKING:
+    from .runtime import WorldRuntime
 
 ResultSources = Mapping[str, frozenset[str]]
 """``{result column: the root columns ("table.column") its values name}``; a column absent is unknown."""
@@ -85,27 +90,63 @@ def _tool_sources(world: World, conn: sqlite3.Connection, tool: Tool) -> dict[st
             for name in names if any(column == name for _, column in reads)}
 
 
+def _sources(world: World, conn: sqlite3.Connection) -> dict[str, ResultSources]:
+    return {tool.name: _tool_sources(world, conn, tool) for tool in world.tools if tool.statements}
+
+
+def _precondition_reads(conn: sqlite3.Connection, tool: Tool) -> tuple[frozenset[Read], ...] | None:
+    try:
+        return tuple(frozenset(_reads(conn, p.sql)[0]) for p in tool.preconditions)
+    except (sqlite3.Error, ValueError):
+        return None
+
+
 def result_sources(world: World) -> dict[str, ResultSources]:
     """``{tool: its result columns' root columns}`` for every tool that runs SQL (module docstring)."""
     conn = _schema(world)
     try:
-        return {tool.name: _tool_sources(world, conn, tool) for tool in world.tools if tool.statements}
+        return _sources(world, conn)
     finally:
         conn.close()
+
+
+PreconditionReads = Mapping[str, tuple[frozenset[Read], ...] | None]
+"""``{tool: the columns each of its preconditions reads, in order}`` (None: a precondition does not run)."""
 
 
 def precondition_reads(world: World) -> dict[str, tuple[frozenset[Read], ...] | None]:
     """``{tool: the columns each of its preconditions reads, in order}`` for every tool with preconditions; None for
     a tool one of whose preconditions does not run on the empty schema (what it reads is then unknown)."""
     conn = _schema(world)
-    found: dict[str, tuple[frozenset[Read], ...] | None] = {}
     try:
-        for tool in world.tools:
-            if tool.preconditions:
-                try:
-                    found[tool.name] = tuple(frozenset(_reads(conn, p.sql)[0]) for p in tool.preconditions)
-                except (sqlite3.Error, ValueError):
-                    found[tool.name] = None
-        return found
+        return {tool.name: _precondition_reads(conn, tool) for tool in world.tools if tool.preconditions}
     finally:
         conn.close()
+
+
+@dataclass(frozen=True)
+class SqlReads:
+    """What a world's SQL reads, traced on one empty copy of its schema."""
+
+    sources: Mapping[str, ResultSources]
+    """:func:`result_sources`."""
+    preconditions: PreconditionReads
+    """:func:`precondition_reads`."""
+
+
+MEMO_KEY = "world_format.sql_reads"
+
+
+def sql_reads(runtime: WorldRuntime) -> SqlReads:
+    """The runtime's world's :class:`SqlReads`, traced once per runtime and its forks (:attr:`WorldRuntime.memo`:
+    the minter and the gate share one empty schema, never one per episode)."""
+    found = runtime.memo.get(MEMO_KEY)
+    if not isinstance(found, SqlReads):
+        world, conn = runtime.world, _schema(runtime.world)
+        try:
+            found = SqlReads(_sources(world, conn), {tool.name: _precondition_reads(conn, tool)
+                                                     for tool in world.tools if tool.preconditions})
+        finally:
+            conn.close()
+        runtime.memo[MEMO_KEY] = found
+    return found

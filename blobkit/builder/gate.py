@@ -22,6 +22,7 @@ from world_format.evidence import Evidence, KeySpace, key_space, ungrounded_argu
 from world_format.judge import judge, violations
 from world_format.models import ArgRef, Step, Task, UserTurn
 from world_format.procedure_check import ProcedureChecker
+from world_format.result_columns import sql_reads
 from world_format.runtime import WorldRuntime
 from world_format.vcode import Verdict, evaluate
 
@@ -149,7 +150,7 @@ def _key_space(runtime: WorldRuntime) -> KeySpace:
     """The runtime's world's :class:`~world_format.evidence.KeySpace`, made once per runtime and its forks."""
     found = runtime.memo.get(KEY_SPACE_MEMO)
     if not isinstance(found, KeySpace):
-        found = runtime.memo[KEY_SPACE_MEMO] = key_space(runtime.world)
+        found = runtime.memo[KEY_SPACE_MEMO] = key_space(runtime.world, sql_reads(runtime).sources)
     return found
 
 

@@ -24,7 +24,7 @@ from world_format.models import Column, Step, Table, Task, UserTurn, VCode, Worl
 from world_format.procedure_check import ProcedureChecker
 from world_format.quoting import amount, plain
 from world_format.quoting import quoted as quoted  # the templates quote as answers do
-from world_format.result_columns import Read, ResultSources, precondition_reads, result_sources
+from world_format.result_columns import Read, ResultSources, sql_reads
 from world_format.runtime import RowChange, WorldRuntime
 from world_format.seed_copy import SeedCopy
 from world_format.state import quote_identifier
@@ -160,8 +160,6 @@ class Minter:
         self.eval_percent = eval_percent
         self._missing_errors: dict[str, set[str]] = {}
         self._keys: dict[str, tuple[Any, ...]] = {}
-        self._result_sources: dict[str, ResultSources] | None = None
-        self._precondition_reads: dict[str, tuple[frozenset[Read], ...] | None] | None = None
         if serialized is None:
             with runtime.guard.host() as conn:
                 serialized = conn.serialize()
@@ -171,17 +169,13 @@ class Minter:
 
     def result_sources(self, tool: str) -> ResultSources:
         """The root columns each result column of ``tool`` names (:func:`world_format.result_columns.result_sources`,
-        read once per minter); empty for a tool without SQL."""
-        if self._result_sources is None:
-            self._result_sources = result_sources(self.world)
-        return self._result_sources.get(tool, {})
+        traced once per runtime); empty for a tool without SQL."""
+        return sql_reads(self.runtime).sources.get(tool, {})
 
     def precondition_reads(self, tool: str) -> tuple[frozenset[Read], ...] | None:
         """The columns each precondition of ``tool`` reads (:func:`world_format.result_columns.precondition_reads`,
-        read once per minter); None when they are unknown, empty for a tool without preconditions."""
-        if self._precondition_reads is None:
-            self._precondition_reads = precondition_reads(self.world)
-        return self._precondition_reads.get(tool, ())
+        traced once per runtime); None when they are unknown, empty for a tool without preconditions."""
+        return sql_reads(self.runtime).preconditions.get(tool, ())
 
     def instance(self, spec: TaskSpec, key: Any, task: Task) -> Instance | None:
         """The spec's task on anchor row ``key``, on the side of that row's entity."""
