@@ -249,8 +249,10 @@ def test_a_write_decision_first_restates_the_looked_up_value_it_depends_on(examp
 
 def test_it_helpdesk_repairs_restate_the_device_status_and_warranty_before_deciding(
         example_kits: dict[str, Path]) -> None:
-    """send_device_for_repair's explained preconditions read the device's status and warranty end (not its id, the
-    call's argument): the deciding turn restates both as find_device_by_asset_tag returned them."""
+    """send_device_for_repair's explained preconditions read the device's status and compare its warranty end with
+    the world's today (not its id, the call's argument): the deciding turn restates the status and the look-up's
+    ``under_warranty`` (which computes that same comparison) as find_device_by_asset_tag returned them, and
+    calls the write exactly when the device is in use and under warranty."""
     with open_kit(example_kits["it_helpdesk"]) as kit:
         rows = [row for row in kit.rows() if row["metadata"]["template"] in ("write_ok", "write_refused")]
     decided = {"write_ok": 0, "write_refused": 0}
@@ -260,12 +262,13 @@ def test_it_helpdesk_repairs_restate_the_device_status_and_warranty_before_decid
         if not found:
             continue
         device, turn = json.loads(messages[found[-1]]["content"]), messages[found[-1] + 1]
-        said = (f"Your device with asset tag {device['asset_tag']} has status {device['status']} and warranty end "
-                f"date {device['warranty_until']}.")
+        said = (f"Your device with asset tag {device['asset_tag']} has status {device['status']} and under warranty "
+                f"{device['under_warranty']}.")
         assert turn["content"].startswith(said), (turn["content"], device)
         decided[row["metadata"]["template"]] += 1
         if turn.get("tool_calls"):
-            assert turn["content"] == said and device["status"] == "in_use"
+            assert turn["content"] == said and device["status"] == "in_use" and device["under_warranty"] == 1
         else:
+            assert device["status"] != "in_use" or device["under_warranty"] == 0
             assert "I'm sorry, I can't send your device" in turn["content"]
     assert all(decided.values()), decided

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from world_format.loader import load_world
-from world_format.result_columns import precondition_reads, result_sources, root_column
+from world_format.result_columns import precondition_reads, result_sources, root_column, stating_column
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,3 +50,22 @@ def test_a_tool_whose_precondition_does_not_run_on_the_schema_reads_what_is_unkn
         for tool in world.tools)
     reads = precondition_reads(world.model_copy(update={"tools": tools}))
     assert reads["set_meal"] is None and reads["cancel_booking"] is not None
+
+
+def test_a_precondition_is_stated_by_the_result_column_computing_its_expression() -> None:
+    """IT's repair precondition compares the warranty end with the world's today; the device look-ups compute the
+    same comparison as ``under_warranty``. A differently written expression, a column computing something else, an
+    expression found only inside a longer one, and a precondition without ``SELECT ... FROM`` give None."""
+    world = load_world(ROOT / "examples" / "it_helpdesk" / "world.json").world
+    repair, finder = world.tool("send_device_for_repair"), world.tool("find_device_by_asset_tag")
+    assert repair is not None and finder is not None
+    warranty = next(p for p in repair.preconditions if "warranty" in p.sql)
+    assert stating_column(warranty.sql, finder.statements[-1]) == "under_warranty"
+    in_use = next(p for p in repair.preconditions if "in_use" in p.sql)
+    assert stating_column(in_use.sql, finder.statements[-1]) is None
+    precondition = "SELECT  status = 'in_use'\n FROM devices WHERE id = :device_id"
+    assert stating_column(precondition, "SELECT id, status = 'in_use' AS usable FROM devices") == "usable"
+    assert stating_column(precondition, "SELECT id, status='in_use' AS usable FROM devices") is None
+    assert stating_column(precondition, "SELECT id, NOT status = 'in_use' AS usable FROM devices") is None
+    assert stating_column(precondition, "SELECT id, status = 'in_use' AND 1 AS usable FROM devices") is None
+    assert stating_column("SELECT 1", "SELECT 1 AS one FROM devices") is None

@@ -15,6 +15,7 @@ the tool's decision depends on, so that a minted turn can restate those values b
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -122,6 +123,27 @@ def precondition_reads(world: World) -> dict[str, tuple[frozenset[Read], ...] | 
         return {tool.name: _precondition_reads(conn, tool) for tool in world.tools if tool.preconditions}
     finally:
         conn.close()
+
+
+_PRECONDITION_EXPRESSION = re.compile(r"^SELECT\s+(.+?)\s+FROM\s", re.IGNORECASE | re.DOTALL)
+
+
+def _spaced(sql: str) -> str:
+    return " ".join(sql.split())
+
+
+def stating_column(precondition_sql: str, statement: str) -> str | None:
+    """The result column of ``statement`` computed by the expression ``precondition_sql`` selects, written the same
+    way up to whitespace (``SELECT warranty_until >= '2026-03-16' FROM devices WHERE id = :device_id`` and
+    ``SELECT ..., warranty_until >= '2026-03-16' AS under_warranty FROM devices ...`` give ``under_warranty``):
+    the column that shows, on the row both read, the value the precondition decides on; None when there is none.
+    A textual match only: an expression written differently is not recognised (never wrongly recognised)."""
+    found = _PRECONDITION_EXPRESSION.match(_spaced(precondition_sql))
+    if found is None:
+        return None
+    shown = re.search(r"(?:SELECT|,)\s*" + re.escape(found.group(1)) + r"\s+AS\s+\"?(\w+)\"?\s*(?:,|FROM\s)",
+                      _spaced(statement), re.IGNORECASE)
+    return shown.group(1) if shown else None
 
 
 @dataclass(frozen=True)

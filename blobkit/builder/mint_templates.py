@@ -17,7 +17,7 @@ from world_format.affirmed import text_spans
 from world_format.chain import resolve_arguments, threaded
 from world_format.confirmation import confirmation_request, labelled_states, seed_lookup
 from world_format.models import Precondition, Step, Table, Tool, UserTurn
-from world_format.result_columns import root_column
+from world_format.result_columns import root_column, stating_column
 from world_format.state import quote_identifier
 
 from .addressing import Address, threaded_key
@@ -60,15 +60,14 @@ def _looked_up(m: Minter, spec: TaskSpec, key: Any, address: Address, role: str,
     return steps, len(steps) - 1, observations
 
 
-def _read_by(m: Minter, tool: Tool, table: Table, explained: bool = False) -> set[str] | None:
-    """The columns of ``table`` that ``tool``'s preconditions (``explained``: only those with an explanation, the
-    ones a refusal can name) read, as SQLite reports them while preparing each (:meth:`Minter.precondition_reads`):
-    what an agent checking before the write must have seen; None when that is unknown."""
+def _read_by(m: Minter, tool: Tool, table: Table) -> set[str] | None:
+    """The columns of ``table`` that ``tool``'s preconditions read, as SQLite reports them while preparing each
+    (:meth:`Minter.precondition_reads`): what an agent checking before the write must have seen; None when that is
+    unknown."""
     reads = m.precondition_reads(tool.name)
     if reads is None:
         return None
-    chosen = [read for p, read in zip(tool.preconditions, reads, strict=True) if p.explanation or not explained]
-    return {column for read in chosen for name, column in read if name == table.name}
+    return {column for read in reads for name, column in read if name == table.name}
 
 
 def _argument_columns(tool: Tool, table: Table) -> set[str]:
@@ -85,17 +84,32 @@ def _scalar(value: Any) -> bool:
 
 
 def _deciding(m: Minter, tool: Tool, table: Table, lookup: str, row: dict[str, Any]) -> list[str] | None:
-    """The columns of the looked-up row whose values decide ``tool``'s explained preconditions and that the look-up
-    (a call of ``lookup``, observation ``row``) shows as scalars, in declared order; None when unknown or ambiguous
-    (a deciding column shown under a name that the look-up's SQL also reads from another column)."""
-    read = _read_by(m, tool, table, explained=True)
-    if read is None:
+    """The result columns of the look-up (a call of ``lookup``, observation ``row``) that show, as scalars, what
+    ``tool``'s explained preconditions decide on, in declared order: for a precondition whose expression the
+    look-up also computes (:func:`world_format.result_columns.stating_column`: ``under_warranty`` for a warranty
+    date compared with today) that column, else the stored columns of the row it reads; None when unknown or
+    ambiguous (a deciding column shown under a name that the look-up's SQL also reads from another column)."""
+    reads = m.precondition_reads(tool.name)
+    looked = m.world.tool(lookup)
+    if reads is None or looked is None:
         return None
-    sources = m.result_sources(lookup)
-    deciding = [c.name for c in table.columns if c.name in read - _argument_columns(tool, table) and c.name in row]
+    named, sources = _argument_columns(tool, table), m.result_sources(lookup)
+    stored: set[str] = set()
+    computed: list[str] = []
+    for precondition, read in zip(tool.preconditions, reads, strict=True):
+        columns = {column for name, column in read if name == table.name} - named
+        if not precondition.explanation or not columns:
+            continue
+        shown = next((c for statement in looked.statements[-1:]
+                      if (c := stating_column(precondition.sql, statement)) is not None and c in row), None)
+        if shown is not None and shown not in computed:
+            computed.append(shown)
+        elif shown is None:
+            stored |= columns
+    deciding = [c.name for c in table.columns if c.name in stored and c.name in row]
     if any(sources.get(name) != {root_column(m.world, f"{table.name}.{name}")} for name in deciding):
         return None
-    return [name for name in deciding if _scalar(row[name])]
+    return [name for name in deciding + computed if _scalar(row[name])]
 
 
 def _restatement(m: Minter, tool: Tool, table: Table, lookup: str, row: Any, told: str) -> str | None:
