@@ -355,6 +355,7 @@ WHERE f.status = 'cancelled' AND l.status = 'confirmed'
 
 FLOWN_CANCEL = """
 SELECT b.id AS booking_id, c.email,
+       (SELECT min(l.position) FROM booking_legs l WHERE l.booking_id = b.id AND l.status = 'flown') AS flown,
        CASE c.id % 2 WHEN 0 THEN 'Please cancel booking ' || b.id || '. My email is ' || c.email || '.'
                      ELSE 'Hi, ' || c.email || ' here. I want to cancel my booking ' || b.id || ' entirely.' END
          AS instruction
@@ -414,14 +415,16 @@ def build_tasks():
                  {"table": "flights", "key": {"flight_no": "{{f1}}", "flight_date": "{{d1}}"}},
                  {"table": "flights", "key": {"flight_no": "{{f2}}", "flight_date": "{{d2}}"}},
                  {"table": "bookings", "key": "{{booking_id}}"}]}]}},
-        # 2. Change the meal of one leg: a write into a JSON column of a composite-key row.
+        # 2. Change the meal of one leg: a write into a JSON column of a composite-key row. The call first restates
+        #    the leg's status it depends on, as the minted set_meal decisions do.
         {"family": {"query": MEAL_CHANGE.strip()},
          "instruction": "{{instruction}}",
          "anchor": {"table": "booking_legs", "key": {"booking_id": "{{booking_id}}", "position": "{{position}}"}},
          "reference": [{"tool": "find_customer_by_email", "arguments": {"email": "{{email}}"}},
                        {"tool": "list_legs", "arguments": {"booking_id": "{{booking_id}}"}},
                        {"tool": "set_meal", "arguments": {"booking_id": "{{booking_id}}", "position": "{{position}}",
-                                                          "meal": "{{meal}}"}}],
+                                                          "meal": "{{meal}}"},
+                        "say": "Your leg {{position}} of booking {{booking_id}} has status confirmed."}],
          "answer": "Your meal on {{flight_no}} on {{flight_date}} is now {{meal}}.",
          "vcode": {"checks": [
              verified("{{email}}"),
@@ -453,13 +456,14 @@ def build_tasks():
               "arguments": {"reason": "compensation", "booking_id": "{{booking_id}}"}},
              {"kind": "order", "tools": ["get_flight", "transfer_to_human_agents"]},
              {"kind": "unchanged_except"}]}},
-        # 4. A booking with a flown leg cannot be cancelled as a whole: look, refuse, say why.
+        # 4. A booking with a flown leg cannot be cancelled as a whole: look, restate the flown leg, refuse, say why.
         {"family": {"query": FLOWN_CANCEL.strip()},
          "instruction": "{{instruction}}",
          "anchor": {"table": "bookings", "key": "{{booking_id}}"},
          "reference": [{"tool": "find_customer_by_email", "arguments": {"email": "{{email}}"}},
                        {"tool": "list_legs", "arguments": {"booking_id": "{{booking_id}}"}}],
-         "answer": "Part of booking {{booking_id}} has already been flown, so I cannot cancel the whole booking. "
+         "answer": "Your leg {{flown}} of booking {{booking_id}} has status flown. Part of booking {{booking_id}} "
+                   "has already been flown, so I cannot cancel the whole booking. "
                    "I can still cancel the flights you have not taken yet.",
          "vcode": {"checks": [
              verified("{{email}}"),
