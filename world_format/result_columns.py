@@ -15,6 +15,7 @@ the tool's decision depends on, so that a minted turn can restate those values b
 
 from __future__ import annotations
 
+import functools
 import re
 import sqlite3
 from collections.abc import Mapping
@@ -132,12 +133,15 @@ def _spaced(sql: str) -> str:
     return " ".join(sql.split())
 
 
+@functools.lru_cache(maxsize=1024)
 def stating_column(precondition_sql: str, statement: str) -> str | None:
     """The result column of ``statement`` computed by the expression ``precondition_sql`` selects, written the same
     way up to whitespace (``SELECT warranty_until >= '2026-03-16' FROM devices WHERE id = :device_id`` and
     ``SELECT ..., warranty_until >= '2026-03-16' AS under_warranty FROM devices ...`` give ``under_warranty``):
-    the column that shows, on the row both read, the value the precondition decides on; None when there is none.
-    A textual match only: an expression written differently is not recognised (never wrongly recognised)."""
+    the column that shows the value the precondition decides on when both read the same row; None when there is
+    none. A textual match of the selected expression only: an expression written differently is not recognised,
+    and the caller's SQL must read the row the precondition reads (the minter asks it of the anchor row's look-up).
+    Memoised: the minter asks it for every case of a write, with the same two statements."""
     found = _PRECONDITION_EXPRESSION.match(_spaced(precondition_sql))
     if found is None:
         return None

@@ -17,7 +17,7 @@ from world_format.affirmed import text_spans
 from world_format.chain import resolve_arguments, threaded
 from world_format.confirmation import confirmation_request, labelled_states, seed_lookup
 from world_format.models import Precondition, Step, Table, Tool, UserTurn
-from world_format.result_columns import root_column, stating_column
+from world_format.result_columns import Read, root_column, stating_column
 from world_format.state import quote_identifier
 
 from .addressing import Address, threaded_key
@@ -67,7 +67,12 @@ def _read_by(m: Minter, tool: Tool, table: Table) -> set[str] | None:
     reads = m.precondition_reads(tool.name)
     if reads is None:
         return None
-    return {column for read in reads for name, column in read if name == table.name}
+    return {column for read in reads for column in _of_table(read, table)}
+
+
+def _of_table(read: frozenset[Read], table: Table) -> set[str]:
+    """The columns of ``table`` among one precondition's reads."""
+    return {column for name, column in read if name == table.name}
 
 
 def _argument_columns(tool: Tool, table: Table) -> set[str]:
@@ -97,15 +102,14 @@ def _deciding(m: Minter, tool: Tool, table: Table, lookup: str, row: dict[str, A
     stored: set[str] = set()
     computed: list[str] = []
     for precondition, read in zip(tool.preconditions, reads, strict=True):
-        columns = {column for name, column in read if name == table.name} - named
+        columns = _of_table(read, table) - named
         if not precondition.explanation or not columns:
             continue
-        shown = next((c for statement in looked.statements[-1:]
-                      if (c := stating_column(precondition.sql, statement)) is not None and c in row), None)
-        if shown is not None and shown not in computed:
-            computed.append(shown)
-        elif shown is None:
+        shown = stating_column(precondition.sql, looked.statements[-1]) if looked.statements else None
+        if shown is None or shown not in row:
             stored |= columns
+        elif shown not in computed:
+            computed.append(shown)
     deciding = [c.name for c in table.columns if c.name in stored and c.name in row]
     if any(sources.get(name) != {root_column(m.world, f"{table.name}.{name}")} for name in deciding):
         return None
