@@ -144,7 +144,7 @@ def test_minted_confirmations_state_what_the_world_declares(example_kits: dict[s
         turn = case.task.turns[0]
         assert turn.confirms is not None and turn.confirms.tool == "cancel_booking"
         booking, total = turn.confirms.states
-        assert turn.assistant == (f"Your booking {booking} has status confirmed. "  # the deciding value, restated
+        assert turn.assistant == (f"Your booking {booking} has not yet flown 1. "  # the deciding value, restated
                                   f"I found your booking {booking} (total: {total}). Shall I cancel it now?")
         assert total.startswith("$") and len(total.split(".")[1]) == 2
 
@@ -209,8 +209,10 @@ def test_a_confirmation_that_cannot_be_judged_is_refused_at_load(tmp_path: Path,
 
 
 LOOKED_UP = {"get_leg": "Your leg {position} of booking {booking_id} has status {status}.",
-             "get_booking": "Your booking {id} has status {status}."}
-"""How airline's deciding turns restate the row a look-up returned (the status its write's precondition reads)."""
+             "get_booking": "Your booking {id} has not yet flown {not_yet_flown}."}
+"""How airline's deciding turns restate the row a look-up returned: the leg's status its write's precondition reads;
+the booking's ``not_yet_flown``, the expression cancel_booking's precondition computes (the booking's ``status`` is
+left out: get_booking's SQL also reads the legs' ``status``, so the name alone could be stated wrong)."""
 
 
 def _deciding_turn(row: dict[str, Any]) -> tuple[dict[str, Any], str, dict[str, Any]]:
@@ -241,9 +243,26 @@ def test_a_write_decision_first_restates_the_looked_up_value_it_depends_on(examp
             assert not turn.get("tool_calls") and f": {reason}" in turn["content"]
             assert turn["content"].startswith(f"{said} I'm sorry, I can't change the meal on ")
         else:
-            assert not turn.get("tool_calls") and looked["status"] == "confirmed"
+            assert not turn.get("tool_calls") and looked["status"] == "confirmed" and looked["not_yet_flown"] == 1
             assert turn["content"].startswith(f"{said} I found ") and turn["content"].endswith("?")
         decided[template] += 1
+    assert all(decided.values()), decided
+
+
+def test_a_whole_booking_with_a_flown_leg_is_refused_after_restating_the_same_value_as_a_confirmed_cancel(
+        example_kits: dict[str, Path]) -> None:
+    """Airline's two answers to "cancel my booking": the minted confirmation (no leg flown) and the authored refusal
+    (a leg flown) look the booking up with the same tool and restate the same ``not_yet_flown`` before deciding."""
+    with open_kit(example_kits[AIRLINE]) as kit:
+        rows = [row for row in kit.rows() if row["metadata"]["template"] != "lookup_field"
+                and any(m["role"] == "tool" and m["name"] == "get_booking" for m in row["messages"])]
+    decided = {0: 0, 1: 0}
+    for row in rows:
+        looked, said, turn = _deciding_turn(row)
+        assert turn["content"].startswith(said + " ")
+        called = [call["function"]["name"] for m in row["messages"] for call in m.get("tool_calls") or []]
+        assert ("cancel_booking" in called) == (looked["not_yet_flown"] == 1), (turn, called)
+        decided[looked["not_yet_flown"]] += 1
     assert all(decided.values()), decided
 
 

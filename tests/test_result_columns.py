@@ -55,7 +55,7 @@ def test_a_tool_whose_precondition_does_not_run_on_the_schema_reads_what_is_unkn
 def test_a_precondition_is_stated_by_the_result_column_computing_its_expression() -> None:
     """IT's repair precondition compares the warranty end with the world's today; the device look-ups compute the
     same comparison as ``under_warranty``. A differently written expression, a column computing something else, an
-    expression found only inside a longer one, and a precondition without ``SELECT ... FROM`` give None."""
+    expression found only inside a longer one, and a precondition selecting a constant give None."""
     world = load_world(ROOT / "examples" / "it_helpdesk" / "world.json").world
     repair, finder = world.tool("send_device_for_repair"), world.tool("find_device_by_asset_tag")
     assert repair is not None and finder is not None
@@ -69,3 +69,21 @@ def test_a_precondition_is_stated_by_the_result_column_computing_its_expression(
     assert stating_column(precondition, "SELECT id, NOT status = 'in_use' AS usable FROM devices") is None
     assert stating_column(precondition, "SELECT id, status = 'in_use' AND 1 AS usable FROM devices") is None
     assert stating_column("SELECT 1", "SELECT 1 AS one FROM devices") is None
+
+
+def test_a_precondition_without_a_top_level_from_is_stated_by_the_column_computing_it() -> None:
+    """Airline's cancel_booking precondition is a NOT EXISTS over the booking's legs, bound to ``:booking_id``, with
+    no FROM of its own; get_booking computes the same expression as ``not_yet_flown``. A FROM inside parentheses or
+    a quoted string belongs to the expression; without a top-level FROM the expression must name a parameter."""
+    world = load_world(ROOT / "examples" / "airline_desk" / "world.json").world
+    cancel, booking = world.tool("cancel_booking"), world.tool("get_booking")
+    assert cancel is not None and booking is not None
+    flown = next(p for p in cancel.preconditions if "flown" in p.sql)
+    assert stating_column(flown.sql, booking.statements[-1]) == "not_yet_flown"
+    nested = "SELECT EXISTS (SELECT 1 FROM legs WHERE id = :id)"
+    assert stating_column(nested, "SELECT a, EXISTS (SELECT 1 FROM legs WHERE id = :id) AS any_leg FROM b") == "any_leg"
+    assert stating_column(nested, "SELECT a, EXISTS (SELECT 1 FROM legs WHERE id = :other) AS x FROM b") is None
+    quoted = "SELECT note = ' from ' FROM b WHERE id = :id"
+    assert stating_column(quoted, "SELECT id, note = ' from ' AS plain FROM b") == "plain"
+    unbound = "SELECT EXISTS (SELECT 1 FROM legs)"
+    assert stating_column(unbound, "SELECT EXISTS (SELECT 1 FROM legs) AS x FROM b") is None

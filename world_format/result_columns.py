@@ -126,11 +126,37 @@ def precondition_reads(world: World) -> dict[str, tuple[frozenset[Read], ...] | 
         conn.close()
 
 
-_PRECONDITION_EXPRESSION = re.compile(r"^SELECT\s+(.+?)\s+FROM\s", re.IGNORECASE | re.DOTALL)
+_SELECT = re.compile(r"^SELECT\s+", re.IGNORECASE)
+_TOKEN = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|[()]|\bFROM\b", re.IGNORECASE)
 
 
 def _spaced(sql: str) -> str:
     return " ".join(sql.split())
+
+
+def _selected_expression(precondition_sql: str) -> str | None:
+    """The expression a one-column precondition selects, whitespace collapsed: the text between SELECT and its
+    top-level FROM (a FROM inside parentheses or a quoted string belongs to the expression), or, with no top-level
+    FROM, the whole rest when it names a ``:parameter`` (``NOT EXISTS (SELECT 1 FROM legs WHERE booking_id =
+    :booking_id ...)`` reads rows by the call's argument; ``SELECT 1`` reads nothing and gives None)."""
+    spaced = _spaced(precondition_sql)
+    start = _SELECT.match(spaced)
+    if start is None:
+        return None
+    depth = 0
+    for token in _TOKEN.finditer(spaced, start.end()):
+        text = token.group(0)
+        if text == "(":
+            depth += 1
+        elif text == ")":
+            depth -= 1
+        elif text.upper() == "FROM" and depth == 0:
+            return spaced[start.end():token.start()].strip() or None
+    rest = spaced[start.end():].strip()
+    try:
+        return rest if rest and named_parameters(rest) else None
+    except ValueError:
+        return None
 
 
 @functools.lru_cache(maxsize=1024)
@@ -142,10 +168,10 @@ def stating_column(precondition_sql: str, statement: str) -> str | None:
     none. A textual match of the selected expression only: an expression written differently is not recognised,
     and the caller's SQL must read the row the precondition reads (the minter asks it of the anchor row's look-up).
     Memoised: the minter asks it for every case of a write, with the same two statements."""
-    found = _PRECONDITION_EXPRESSION.match(_spaced(precondition_sql))
-    if found is None:
+    expression = _selected_expression(precondition_sql)
+    if expression is None:
         return None
-    shown = re.search(r"(?:SELECT|,)\s*" + re.escape(found.group(1)) + r"\s+AS\s+\"?(\w+)\"?\s*(?:,|FROM\s)",
+    shown = re.search(r"(?:SELECT|,)\s*" + re.escape(expression) + r"\s+AS\s+\"?(\w+)\"?\s*(?:,|FROM\s)",
                       _spaced(statement), re.IGNORECASE)
     return shown.group(1) if shown else None
 

@@ -92,8 +92,10 @@ def _deciding(m: Minter, tool: Tool, table: Table, lookup: str, row: dict[str, A
     """The result columns of the look-up (a call of ``lookup``, observation ``row``) that show, as scalars, what
     ``tool``'s explained preconditions decide on, in declared order: for a precondition whose expression the
     look-up also computes (:func:`world_format.result_columns.stating_column`: ``under_warranty`` for a warranty
-    date compared with today) that column, else the stored columns of the row it reads; None when unknown or
-    ambiguous (a deciding column shown under a name that the look-up's SQL also reads from another column)."""
+    date compared with today, ``not_yet_flown`` for no leg of the booking flown) that column, else the stored
+    columns of ``table``'s row it reads; None when unknown. A stored column is left out when the look-up shows it
+    under a name its SQL also reads from another column (``status`` beside a computed column reading the legs'
+    ``status``): it could be stated wrong; None when that leaves nothing."""
     reads = m.precondition_reads(tool.name)
     looked = m.world.tool(lookup)
     if reads is None or looked is None:
@@ -102,18 +104,16 @@ def _deciding(m: Minter, tool: Tool, table: Table, lookup: str, row: dict[str, A
     stored: set[str] = set()
     computed: list[str] = []
     for precondition, read in zip(tool.preconditions, reads, strict=True):
-        columns = _of_table(read, table) - named
-        if not precondition.explanation or not columns:
+        if not precondition.explanation:
             continue
         shown = stating_column(precondition.sql, looked.statements[-1]) if looked.statements else None
-        if shown is None or shown not in row:
-            stored |= columns
-        elif shown not in computed:
-            computed.append(shown)
-    deciding = [c.name for c in table.columns if c.name in stored and c.name in row]
-    if any(sources.get(name) != {root_column(m.world, f"{table.name}.{name}")} for name in deciding):
-        return None
-    return [name for name in deciding + computed if _scalar(row[name])]
+        if shown is not None and shown in row:
+            computed += [shown] if shown not in computed else []
+        else:
+            stored |= _of_table(read, table) - named
+    deciding = [c.name for c in table.columns if c.name in stored and c.name in row
+                and sources.get(c.name) == {root_column(m.world, f"{table.name}.{c.name}")}]
+    return [name for name in deciding + computed if _scalar(row[name])] or None
 
 
 def _restatement(m: Minter, tool: Tool, table: Table, lookup: str, row: Any, told: str) -> str | None:

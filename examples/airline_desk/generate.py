@@ -84,6 +84,9 @@ TABLES = [
         col("extras", "TEXT", not_null=True, default="{}", json_data=True)],
      "checks": ["status IN ('confirmed', 'cancelled', 'flown')", "position >= 1"]},
 ]
+NOTHING_FLOWN = "NOT EXISTS (SELECT 1 FROM booking_legs WHERE booking_id = :booking_id AND status = 'flown')"
+"""No leg of the booking has been flown: cancel_booking's precondition and get_booking's ``not_yet_flown`` are this
+one expression, so a decision to cancel restates the value it depends on (``world_format.result_columns``)."""
 INDEXES = [{"name": "legs_by_flight", "table": "booking_legs", "columns": ["flight_no", "flight_date"]}]
 
 
@@ -192,10 +195,12 @@ TOOLS = [
          {"customer_id": prop("integer", "Customer id as returned by find_customer_by_email.")},
          ["SELECT id, status, cabin, booked_on, total FROM bookings WHERE customer_id = :customer_id "
           "ORDER BY booked_on DESC, id"], "rows", anchors={"customer_id": "customers.id"}, result_noun="bookings"),
-    tool("get_booking", "Get one booking with its number of legs.", "read", {"booking_id": BOOKING_ID},
+    tool("get_booking", "Get one booking with its number of legs and whether none of them has been flown yet.",
+         "read", {"booking_id": BOOKING_ID},
          ["SELECT b.id, b.customer_id, b.status, b.cabin, b.booked_on, b.total, "
-          "(SELECT count(*) FROM booking_legs l WHERE l.booking_id = b.id) AS legs FROM bookings b "
-          "WHERE b.id = :booking_id"], "row", anchors={"booking_id": "bookings.id"},
+          "(SELECT count(*) FROM booking_legs l WHERE l.booking_id = b.id) AS legs, "
+          f"{NOTHING_FLOWN} AS not_yet_flown FROM bookings b WHERE b.id = :booking_id"], "row",
+         anchors={"booking_id": "bookings.id"},
          not_found="No booking has that reference."),
     tool("list_legs", "List the legs (flights) of a booking in order, with seat, meal and bags.", "read",
          {"booking_id": BOOKING_ID}, [LEGS_OF_BOOKING], "rows", anchors={"booking_id": "bookings.id"},
@@ -239,8 +244,7 @@ TOOLS = [
           "UPDATE bookings SET status = 'cancelled' WHERE id = :booking_id",
           "SELECT id, status, cabin, booked_on, total FROM bookings WHERE id = :booking_id"], "row",
          preconditions=[BOOKING_EXISTS, BOOKING_OPEN,
-                        ("SELECT NOT EXISTS (SELECT 1 FROM booking_legs WHERE booking_id = :booking_id AND "
-                         "status = 'flown')",
+                        (f"SELECT {NOTHING_FLOWN}",
                          "Part of this booking has already been flown, so it cannot be cancelled as a whole.",
                          "part of it has already been flown, so it cannot be cancelled as a whole")],
          # the question names the booking and the total the cancellation releases
@@ -355,7 +359,6 @@ WHERE f.status = 'cancelled' AND l.status = 'confirmed'
 
 FLOWN_CANCEL = """
 SELECT b.id AS booking_id, c.email,
-       (SELECT min(l.position) FROM booking_legs l WHERE l.booking_id = b.id AND l.status = 'flown') AS flown,
        CASE c.id % 2 WHEN 0 THEN 'Please cancel booking ' || b.id || '. My email is ' || c.email || '.'
                      ELSE 'Hi, ' || c.email || ' here. I want to cancel my booking ' || b.id || ' entirely.' END
          AS instruction
@@ -456,18 +459,18 @@ def build_tasks():
               "arguments": {"reason": "compensation", "booking_id": "{{booking_id}}"}},
              {"kind": "order", "tools": ["get_flight", "transfer_to_human_agents"]},
              {"kind": "unchanged_except"}]}},
-        # 4. A booking with a flown leg cannot be cancelled as a whole: look, restate the flown leg, refuse, say why.
+        # 4. A booking with a flown leg cannot be cancelled as a whole: look it up, restate what decides, refuse.
         {"family": {"query": FLOWN_CANCEL.strip()},
          "instruction": "{{instruction}}",
          "anchor": {"table": "bookings", "key": "{{booking_id}}"},
          "reference": [{"tool": "find_customer_by_email", "arguments": {"email": "{{email}}"}},
-                       {"tool": "list_legs", "arguments": {"booking_id": "{{booking_id}}"}}],
-         "answer": "Your leg {{flown}} of booking {{booking_id}} has status flown. Part of booking {{booking_id}} "
-                   "has already been flown, so I cannot cancel the whole booking. "
+                       {"tool": "get_booking", "arguments": {"booking_id": "{{booking_id}}"}}],
+         "answer": "Your booking {{booking_id}} has not yet flown 0. Part of booking "
+                   "{{booking_id}} has already been flown, so I cannot cancel the whole booking. "
                    "I can still cancel the flights you have not taken yet.",
          "vcode": {"checks": [
              verified("{{email}}"),
-             {"kind": "tool_called", "tool": "list_legs", "arguments": {"booking_id": "{{booking_id}}"}},
+             {"kind": "tool_called", "tool": "get_booking", "arguments": {"booking_id": "{{booking_id}}"}},
              {"kind": "answer", "mode": "contains", "value": "flown", "field": "booking_legs.status"},
              {"kind": "tool_not_called", "tool": "cancel_booking"},
              {"kind": "tool_not_called", "tool": "cancel_legs"},
