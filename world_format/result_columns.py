@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .models import Tool, World
-from .sqlguard import named_parameters
+from .sqlguard import LITERALS_AND_COMMENTS, named_parameters
 from .state import create_table_sql
 
 if TYPE_CHECKING:
@@ -126,8 +126,8 @@ def precondition_reads(world: World) -> dict[str, tuple[frozenset[Read], ...] | 
         conn.close()
 
 
-_SELECT = re.compile(r"^SELECT\s+", re.IGNORECASE)
-_TOKEN = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|[()]|\bFROM\b", re.IGNORECASE)
+_SELECT = re.compile(r"^\s*SELECT\s+", re.IGNORECASE)
+_TOKEN = re.compile(LITERALS_AND_COMMENTS.pattern + r"|[()]|\bFROM\b", re.IGNORECASE | re.DOTALL)
 
 
 def _spaced(sql: str) -> str:
@@ -136,23 +136,22 @@ def _spaced(sql: str) -> str:
 
 def _selected_expression(precondition_sql: str) -> str | None:
     """The expression a one-column precondition selects, whitespace collapsed: the text between SELECT and its
-    top-level FROM (a FROM inside parentheses or a quoted string belongs to the expression), or, with no top-level
-    FROM, the whole rest when it names a ``:parameter`` (``NOT EXISTS (SELECT 1 FROM legs WHERE booking_id =
-    :booking_id ...)`` reads rows by the call's argument; ``SELECT 1`` reads nothing and gives None)."""
-    spaced = _spaced(precondition_sql)
-    start = _SELECT.match(spaced)
+    top-level FROM (a FROM inside parentheses, a quoted string or a comment belongs to the expression), or, with no
+    top-level FROM, the whole rest when it names a ``:parameter`` (``NOT EXISTS (SELECT 1 FROM legs WHERE booking_id
+    = :booking_id ...)`` reads rows by the call's argument; ``SELECT 1`` reads nothing and gives None)."""
+    start = _SELECT.match(precondition_sql)
     if start is None:
         return None
     depth = 0
-    for token in _TOKEN.finditer(spaced, start.end()):
+    for token in _TOKEN.finditer(precondition_sql, start.end()):
         text = token.group(0)
         if text == "(":
             depth += 1
         elif text == ")":
             depth -= 1
         elif text.upper() == "FROM" and depth == 0:
-            return spaced[start.end():token.start()].strip() or None
-    rest = spaced[start.end():].strip()
+            return _spaced(precondition_sql[start.end():token.start()]) or None
+    rest = _spaced(precondition_sql[start.end():])
     try:
         return rest if rest and named_parameters(rest) else None
     except ValueError:

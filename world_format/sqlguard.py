@@ -72,12 +72,13 @@ _SCHEMA_TABLES = {"sqlite_master", "sqlite_schema"}
 _DENIED_FUNCTIONS = {"load_extension", "random", "randomblob", "sqlite_offset", "fts3_tokenizer"}
 _NAMED_PARAMETER = re.compile(r"(?<![:\w]):([A-Za-z_][A-Za-z0-9_]*)")
 _OTHER_PARAMETER = re.compile(r"(?<![\w])(\?\d*|[@$][A-Za-z_][A-Za-z0-9_]*)")
-_LITERALS_AND_COMMENTS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|/\*.*?\*/", re.S)
+LITERALS_AND_COMMENTS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|/\*.*?\*/", re.S)
+"""SQL string literals, quoted identifiers and comments: the spans where a word or a parameter is not SQL's own."""
 
 
 def named_parameters(sql: str) -> list[str]:
     """The ``:name`` parameters of ``sql`` in first-use order (string literals and comments ignored)."""
-    stripped = _LITERALS_AND_COMMENTS.sub(" ", sql)
+    stripped = LITERALS_AND_COMMENTS.sub(" ", sql)
     if _OTHER_PARAMETER.search(stripped):
         raise ValueError("only :name parameters are allowed (no ?, ?NNN, @name or $name)")
     seen: list[str] = []

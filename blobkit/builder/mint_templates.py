@@ -108,7 +108,8 @@ def _deciding(m: Minter, tool: Tool, table: Table, lookup: str, row: dict[str, A
             continue
         shown = stating_column(precondition.sql, looked.statements[-1]) if looked.statements else None
         if shown is not None and shown in row:
-            computed += [shown] if shown not in computed else []
+            if shown not in computed:
+                computed.append(shown)
         else:
             stored |= _of_table(read, table) - named
     deciding = [c.name for c in table.columns if c.name in stored and c.name in row
