@@ -123,11 +123,12 @@ def test_the_responses_api_streamed_or_not_gives_the_same_output(endpoint: Any, 
 @pytest.fixture(scope="module")
 def trained(tinker_tiny: Path, retail_kit: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model after 120 SFT steps on the retail kit (enough for its first turns to be tool calls; about
-    2.5 minutes on 2 idle cores)."""
+    2.5 minutes on 2 idle cores), recorded as decoded free: the endpoint decodes free, so the replays it is
+    compared with must too."""
     from trainers.sft_torch import train_sft
 
     root = tmp_path_factory.mktemp("trained")
-    config = TrainConfig.preset("tiny", max_length=2048, max_new_tokens=64, max_turns=5)
+    config = TrainConfig.preset("tiny", max_length=2048, max_new_tokens=64, max_turns=5, decoding="free")
     train_sft(tinker_tiny, retail_kit.rows(), root / "sft", config, max_steps=120, progress=False)
     return _export(root / "sft", root / "export", retail_kit, config)
 

@@ -19,7 +19,8 @@ def serve_model(model: list[str] = typer.Option(..., "--model", help="An export 
     """Serve exports over the OpenAI API (GET /v1/models, POST /v1/chat/completions, POST /v1/responses).
 
     Each export renders and parses with its own tool format, as blobkit's evaluation and replay do; greedy
-    requests (temperature 0) give the turns blobkit's replay gives. The first line on stdout is the base URL.
+    requests (temperature 0) give the turns 'blobkit replay --decoding free' gives. The first line on stdout is the
+    base URL.
 
     Example: BLOBKIT_MODEL_KEY=secret blobkit serve-model --model out/run/export --port 8001
     """
@@ -36,6 +37,9 @@ def serve_model(model: list[str] = typer.Option(..., "--model", help="An export 
         typer.echo(f"blobkit serve-model: {url} serving {names}; Ctrl-C stops")
         if generated:
             typer.echo(f"api key (set {api_key_env} to choose one): {key}")
+        for name in sorted(n for n, m in models.items() if m.decoding != "free"):
+            typer.echo(f"note: {name} was evaluated with {models[name].decoding} decoding; this endpoint decodes "
+                       f"free, as 'blobkit replay --decoding free' does")
 
     serve(models, key, host, port, announce, log_level)
 

@@ -3,8 +3,10 @@
 A turn is decoded by :class:`trainers.episode_decode.ModelTurns` (the policy ``blobkit replay`` runs) over the
 conversation rendered by the export's own chat template, and parsed in the export's tool format
 (:func:`trainers.formats.format_of`): the endpoint adds no rendering or parsing of its own. Greedy requests
-(temperature 0) give what blobkit's replay gives for the same conversation, token for token (exact ties aside,
-see :mod:`trainers.episode_decode`). One turn decodes at a time per model (a lock): the model is not re-entrant.
+(temperature 0) give what ``blobkit replay --decoding free`` gives for the same conversation, token for token
+(exact ties aside, see :mod:`trainers.episode_decode`): the endpoint knows no world, so it decodes free even for an
+export evaluated with constrained decoding (:attr:`LoadedModel.decoding` says which). One turn decodes at a time
+per model (a lock): the model is not re-entrant.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from trainers.formats import ParsedTurn, ToolFormat, format_of
 from trainers.generation import prompt_ids
+from trainers.replay import trained_decoding
 
 from .errors import ServingError
 
@@ -55,6 +58,8 @@ class LoadedModel:
         """The format the export was trained in: its template renders, its parser reads."""
         self.max_new_tokens = _trained_max_new_tokens(self.export)
         """The default token cap: the one the export was trained and evaluated with."""
+        self.decoding = trained_decoding(self.export)
+        """How the export was evaluated (``free`` or ``constrained``); this endpoint decodes free either way."""
         self.lock = threading.Lock()
 
     def turn(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, max_tokens: int | None = None,
