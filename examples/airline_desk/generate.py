@@ -170,8 +170,9 @@ BOOKING_OPEN = ("SELECT status = 'confirmed' FROM bookings WHERE id = :booking_i
                 "This booking has already been cancelled.", "it has already been cancelled")
 CHOSEN = "position IN (SELECT value FROM json_each(:positions))"
 LEGS_OF_BOOKING = ("SELECT l.position, l.flight_no, l.flight_date, f.origin, f.destination, f.departs, l.status, "
-                   "l.extras FROM booking_legs l JOIN flights f ON f.flight_no = l.flight_no AND "
-                   "f.flight_date = l.flight_date WHERE l.booking_id = :booking_id ORDER BY l.position")
+                   "f.status AS flight_status, l.extras FROM booking_legs l JOIN flights f "
+                   "ON f.flight_no = l.flight_no AND f.flight_date = l.flight_date WHERE l.booking_id = :booking_id "
+                   "ORDER BY l.position")
 SEAT_BACK = ("UPDATE flights SET seats_left = seats_left + 1 WHERE (flight_no, flight_date) IN (SELECT flight_no, "
              "flight_date FROM booking_legs WHERE booking_id = :booking_id AND status = 'confirmed'{only})")
 
@@ -202,7 +203,8 @@ TOOLS = [
           f"{NOTHING_FLOWN} AS not_yet_flown FROM bookings b WHERE b.id = :booking_id"], "row",
          anchors={"booking_id": "bookings.id"},
          not_found="No booking has that reference."),
-    tool("list_legs", "List the legs (flights) of a booking in order, with seat, meal and bags.", "read",
+    tool("list_legs", "List the legs (flights) of a booking in order, with seat, meal and bags, and whether the "
+         "airline still operates each flight (flight_status).", "read",
          {"booking_id": BOOKING_ID}, [LEGS_OF_BOOKING], "rows", anchors={"booking_id": "bookings.id"},
          result_noun="legs"),
     tool("get_leg", "Get one leg of a booking by its position.", "read",
@@ -438,13 +440,14 @@ def build_tasks():
               "pointer": "/meal", "value": "{{meal}}"},
              {"kind": "order", "tools": ["find_customer_by_email", "set_meal"]},
              {"kind": "unchanged_except", "rows": [leg_key("{{booking_id}}", "{{position}}")]}]}},
-        # 3. Compensation is not the agent's to give: look at the flight, then hand off to a human (a pure tool).
+        # 3. Compensation is not the agent's to give: look at the booking's flights, then hand off to a human (a
+        #    pure tool). A request naming a flight of a booking is looked up with list_legs, as a meal change or a
+        #    cancellation of legs naming their flights is: one look-up for one kind of request.
         {"family": {"query": COMPENSATION.strip()},
          "instruction": "{{instruction}}",
          "anchor": {"table": "flights", "key": {"flight_no": "{{flight_no}}", "flight_date": "{{flight_date}}"}},
          "reference": [{"tool": "find_customer_by_email", "arguments": {"email": "{{email}}"}},
-                       {"tool": "get_flight", "arguments": {"flight_no": "{{flight_no}}",
-                                                            "flight_date": "{{flight_date}}"}},
+                       {"tool": "list_legs", "arguments": {"booking_id": "{{booking_id}}"}},
                        {"tool": "transfer_to_human_agents",
                         "arguments": {"reason": "compensation", "booking_id": "{{booking_id}}",
                                       "summary": "{{email}} asks for compensation for cancelled flight {{flight_no}} "
@@ -453,11 +456,10 @@ def build_tasks():
                    "who will take over this conversation.",
          "vcode": {"checks": [
              verified("{{email}}"),
-             {"kind": "tool_called", "tool": "get_flight",
-              "arguments": {"flight_no": "{{flight_no}}", "flight_date": "{{flight_date}}"}},
+             {"kind": "tool_called", "tool": "list_legs", "arguments": {"booking_id": "{{booking_id}}"}},
              {"kind": "tool_called", "tool": "transfer_to_human_agents",
               "arguments": {"reason": "compensation", "booking_id": "{{booking_id}}"}},
-             {"kind": "order", "tools": ["get_flight", "transfer_to_human_agents"]},
+             {"kind": "order", "tools": ["list_legs", "transfer_to_human_agents"]},
              {"kind": "unchanged_except"}]}},
         # 4. A booking with a flown leg cannot be cancelled as a whole: look it up, restate what decides, refuse.
         {"family": {"query": FLOWN_CANCEL.strip()},
