@@ -99,6 +99,16 @@ def test_a_completion_streamed_or_not_is_the_same_turn_and_stop_cuts_it(endpoint
         assert cut.choices[0].finish_reason == "stop"
 
 
+def test_a_loaded_export_says_how_it_was_evaluated_because_the_endpoint_decodes_free(
+        untrained: Path, tinker_tiny: Path, retail_kit: Any, tmp_path: Path) -> None:
+    from blobkit.serving.engine import LoadedModel
+
+    constrained = _export(tinker_tiny, tmp_path / "export", retail_kit,
+                          TrainConfig(max_new_tokens=24, decoding="constrained"))
+    assert LoadedModel("free", untrained).decoding == "free"
+    assert LoadedModel("constrained", constrained).decoding == "constrained"
+
+
 def test_the_responses_api_streamed_or_not_gives_the_same_output(endpoint: Any, retail_kit: Any) -> None:
     case = _case(retail_kit)
     tools = [{"type": "function", **t["function"]} for t in case.prompt.tools]
