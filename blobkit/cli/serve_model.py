@@ -37,9 +37,10 @@ def serve_model(model: list[str] = typer.Option(..., "--model", help="An export 
         typer.echo(f"blobkit serve-model: {url} serving {names}; Ctrl-C stops")
         if generated:
             typer.echo(f"api key (set {api_key_env} to choose one): {key}")
-        for name in sorted(n for n, m in models.items() if m.decoding != "free"):
-            typer.echo(f"note: {name} was evaluated with {models[name].decoding} decoding; this endpoint decodes "
-                       f"free, as 'blobkit replay --decoding free' does")
+        for name, loaded in sorted(models.items()):
+            if loaded.decoding != "free":
+                typer.echo(f"note: {name} was evaluated with {loaded.decoding} decoding; this endpoint decodes free, "
+                           "as 'blobkit replay --decoding free' does")
 
     serve(models, key, host, port, announce, log_level)
 
