@@ -194,15 +194,15 @@ def test_a_request_names_the_action_and_states_every_detail(text: str, problem: 
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    (lambda w: w["tools"][8].update(confirm={"states": ["refund"]}), "/tools/8/confirm/states: 'refund' is not a "
+    (lambda w: w["tools"][9].update(confirm={"states": ["refund"]}), "/tools/9/confirm/states: 'refund' is not a "
                                                                      "parameter of cancel_booking"),
-    (lambda w: w["tools"][8].update(confirm={"states": ["flights.fare"]}), "'flights.fare' is not a column of a row "
+    (lambda w: w["tools"][9].update(confirm={"states": ["flights.fare"]}), "'flights.fare' is not a column of a row "
                                                                           "cancel_booking names"),
     (lambda w: w["tasks"][0]["turns"][0]["confirms"].update(tool="list_legs"), "/tasks/0/turns/0/confirms/tool: "
                                                                               "'list_legs' is not a write")])
 def test_a_confirmation_that_cannot_be_judged_is_refused_at_load(tmp_path: Path, change: Any, message: str) -> None:
     world = json.loads((ROOT / "examples" / AIRLINE / "world.json").read_text(encoding="utf-8"))
-    assert world["tools"][8]["name"] == "cancel_booking"
+    assert world["tools"][9]["name"] == "cancel_booking"
     change(world)
     with pytest.raises(WorldFormatError, match=message.replace("(", r"\(").replace("$", r"\$")):
         load_world(write_world(tmp_path, world))

@@ -102,6 +102,30 @@ def test_composite_keys_resolve_to_their_owner() -> None:
     assert entities.entity("flights", key) == entity_id("flights", key)
 
 
+
+def test_a_call_naming_a_row_by_several_columns_names_the_row_holding_them_all() -> None:
+    """find_leg names a leg by its booking, flight and date: the leg of that booking, not the first leg anyone holds
+    on that flight (which belongs to another customer); a combination no row holds names nothing."""
+    loaded = load_world(AIRLINE)
+    runtime = loaded.runtime()
+    try:
+        with runtime.guard.host() as conn:
+            entities = Entities(loaded.world, conn)
+    finally:
+        runtime.close()
+    rows = json.loads(AIRLINE.read_text())["state"]["rows"]
+    owner = {booking[0]: booking[1] for booking in rows["bookings"]}
+    first_on = {}
+    for booking_id, position, flight_no, flight_date, *_ in rows["booking_legs"]:
+        first_on.setdefault((flight_no, flight_date), (booking_id, position))
+    leg = next(leg for leg in rows["booking_legs"] if first_on[(leg[2], leg[3])][0] != leg[0]
+               and owner[first_on[(leg[2], leg[3])][0]] != owner[leg[0]])
+    arguments = {"booking_id": leg[0], "flight_no": leg[2], "flight_date": leg[3]}
+    named = entities.rows_named_by("find_leg", arguments)
+    assert named == [("booking_legs", {"booking_id": leg[0], "position": leg[1]})]
+    assert entities.entity(*named[0]) == entity_id("customers", owner[leg[0]])
+    assert entities.rows_named_by("find_leg", {**arguments, "flight_date": "1999-01-01"}) == []
+
 def test_small_numbers_and_short_texts_are_not_identifiers() -> None:
     assert identifying_text(1) is None and identifying_text(42) is None and identifying_text(True) is None
     assert identifying_text(50001) == "50001" and identifying_text("a@b.co") == "a@b.co"

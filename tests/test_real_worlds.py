@@ -401,7 +401,7 @@ def test_the_airline_world_builds_twice_to_identical_bytes_and_verifies(tmp_path
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["verified"] and report["mismatches"] == []
-    assert (report["train_cases_replayed"], report["eval_cases_checked"], report["tasks_checked"]) == (445, 66, 12)
+    assert (report["train_cases_replayed"], report["eval_cases_checked"], report["tasks_checked"]) == (461, 66, 12)
     assert second.name == first.name
 
 

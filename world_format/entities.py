@@ -84,6 +84,7 @@ class Entities:
         self._parent: dict[Row, tuple[Row, Any] | None] = {}
         self._root: dict[Row, Row] = {}
         self._values: dict[tuple[str, str], dict[Any, tuple[str, Any]]] = {}
+        self._held: dict[tuple[str, str], Any] = {}
         self._anchored = {(table, column) for tool in world.tools for target in tool.anchors.values()
                           for table, column in [target.split(".")]
                           if table in self._tables and column not in self._tables[table].key_columns}
@@ -209,6 +210,8 @@ class Entities:
             key = normalize_key({c: columns[c] for c in declared.key_columns} if declared.composite
                                 else columns[declared.key_columns[0]])
             return key if self._known((table, canonical_json(key)), key) else None
+        if len(columns) > 1:
+            return self._row_holding(declared, columns)
         for column, value in columns.items():
             if (table, column) not in self._anchored:
                 continue
@@ -216,6 +219,25 @@ class Entities:
             if found is not None:
                 return found[1]
         return None
+
+    def _row_holding(self, table: Table, columns: dict[str, Any]) -> Any:
+        """The key of the first row of ``table`` holding every one of ``columns``' values (several columns that
+        name one row together: a booking and a flight, a name and a zip code), compared exactly, or None."""
+        remembered = (table.name, canonical_json(columns))
+        if remembered in self._held:
+            return self._held[remembered]
+        name = quote_identifier(table.name)
+        names = sorted(columns)
+        wanted = [columns[column] for column in names]
+        where = " AND ".join(f"{quote_identifier(column)} = ?" for column in names)
+        found = None
+        for *values, key in self.seed.rows(f"SELECT {', '.join(quote_identifier(c) for c in names)}, "
+                                           f"{key_expression(table, name)} FROM {name} WHERE {where}", tuple(wanted)):
+            if values == wanted:
+                found = normalize_key(key_from_sql(table, key))
+                break
+        self._held[remembered] = found
+        return found
 
     def entity(self, table: str, key: Any) -> str:
         """The entity id of row ``key`` of ``table`` (:func:`entity_id` of its root)."""

@@ -213,6 +213,16 @@ TOOLS = [
           "WHERE booking_id = :booking_id AND position = :position"], "row",
          anchors={"booking_id": "booking_legs.booking_id", "position": "booking_legs.position"},
          not_found="That booking has no leg at that position."),
+    tool("find_leg", "Find the leg of a booking that flies a flight on a date: its position in the booking, "
+         "status, seat, meal and bags, and whether the airline still operates the flight (flight_status).", "read",
+         {"booking_id": BOOKING_ID, "flight_no": FLIGHT_NO, "flight_date": FLIGHT_DATE},
+         ["SELECT l.booking_id, l.position, l.flight_no, l.flight_date, l.status, f.status AS flight_status, "
+          "l.extras FROM booking_legs l JOIN flights f ON f.flight_no = l.flight_no AND f.flight_date = "
+          "l.flight_date WHERE l.booking_id = :booking_id AND l.flight_no = upper(trim(:flight_no)) AND "
+          "l.flight_date = :flight_date"], "row",
+         anchors={"booking_id": "booking_legs.booking_id", "flight_no": "booking_legs.flight_no",
+                  "flight_date": "booking_legs.flight_date"},
+         not_found="That booking has no leg on that flight and date."),
     tool("get_flight", "Get a flight on a date: route, departure time, status, seats left and fare.", "read",
          {"flight_no": FLIGHT_NO, "flight_date": FLIGHT_DATE},
          ["SELECT flight_no, flight_date, origin, destination, departs, status, seats_left, fare FROM flights "
@@ -386,26 +396,35 @@ GROUP BY b.id HAVING count(*) >= 2
 
 
 def build_tasks():
-    confirm = {"after_step": 2,
+    confirm = {"after_step": 3,
                "assistant": "On booking {{booking_id}} I will cancel {{f1}} on {{d1}} and {{f2}} on {{d2}}; their "
                             "seats will be released. Shall I go ahead?",
                "user": "Yes, please cancel both.",
                "confirms": {"tool": "cancel_legs",
                             "states": ["{{booking_id}}", "{{f1}}", "{{d1}}", "{{f2}}", "{{d2}}"]}}
     return [
-        # 1. Cancel two legs at once (a list argument), only after the customer's explicit yes.
+        # 1. Cancel two legs at once (a list argument), only after the customer's explicit yes. Each leg the
+        #    customer names by flight and date is found with find_leg, whose one row gives its position.
         {"family": {"query": TWO_LEGS.strip()},
          "instruction": "{{instruction}}",
          "anchor": {"table": "bookings", "key": "{{booking_id}}"},
          "turns": [confirm],
          "reference": [{"tool": "find_customer_by_email", "arguments": {"email": "{{email}}"}},
-                       {"tool": "list_legs", "arguments": {"booking_id": "{{booking_id}}"}},
+                       {"tool": "find_leg", "arguments": {"booking_id": "{{booking_id}}", "flight_no": "{{f1}}",
+                                                          "flight_date": "{{d1}}"}},
+                       {"tool": "find_leg", "arguments": {"booking_id": "{{booking_id}}", "flight_no": "{{f2}}",
+                                                          "flight_date": "{{d2}}"}},
                        {"tool": "cancel_legs", "arguments": {"booking_id": "{{booking_id}}",
                                                              "positions": ["{{p1}}", "{{p2}}"]}}],
          "answer": "Done: {{f1}} on {{d1}} and {{f2}} on {{d2}} are cancelled on booking {{booking_id}}, and their "
                    "seats are released.",
          "vcode": {"checks": [
              verified("{{email}}"),
+             # each leg cancelled was looked up by the flight and date the customer named
+             {"kind": "tool_called", "tool": "find_leg",
+              "arguments": {"booking_id": "{{booking_id}}", "flight_no": "{{f1}}", "flight_date": "{{d1}}"}},
+             {"kind": "tool_called", "tool": "find_leg",
+              "arguments": {"booking_id": "{{booking_id}}", "flight_no": "{{f2}}", "flight_date": "{{d2}}"}},
              {"kind": "tool_called", "tool": "cancel_legs", "list_match": "multiset",
               "arguments": {"booking_id": "{{booking_id}}", "positions": ["{{p1}}", "{{p2}}"]}},
              {"kind": "sql", "query": "SELECT position, status FROM booking_legs WHERE booking_id = :b AND "
@@ -420,13 +439,16 @@ def build_tasks():
                  {"table": "flights", "key": {"flight_no": "{{f1}}", "flight_date": "{{d1}}"}},
                  {"table": "flights", "key": {"flight_no": "{{f2}}", "flight_date": "{{d2}}"}},
                  {"table": "bookings", "key": "{{booking_id}}"}]}]}},
-        # 2. Change the meal of one leg: a write into a JSON column of a composite-key row. The call first restates
-        #    the leg's status it depends on, as the minted set_meal decisions do.
+        # 2. Change the meal of one leg: a write into a JSON column of a composite-key row. The leg named by flight
+        #    and date is found with find_leg; the call first restates the leg's status it depends on, as the minted
+        #    set_meal decisions do.
         {"family": {"query": MEAL_CHANGE.strip()},
          "instruction": "{{instruction}}",
          "anchor": {"table": "booking_legs", "key": {"booking_id": "{{booking_id}}", "position": "{{position}}"}},
          "reference": [{"tool": "find_customer_by_email", "arguments": {"email": "{{email}}"}},
-                       {"tool": "list_legs", "arguments": {"booking_id": "{{booking_id}}"}},
+                       {"tool": "find_leg", "arguments": {"booking_id": "{{booking_id}}",
+                                                          "flight_no": "{{flight_no}}",
+                                                          "flight_date": "{{flight_date}}"}},
                        {"tool": "set_meal", "arguments": {"booking_id": "{{booking_id}}", "position": "{{position}}",
                                                           "meal": "{{meal}}"},
                         "say": "Your leg {{position}} of booking {{booking_id}} has status confirmed."}],
@@ -440,14 +462,16 @@ def build_tasks():
               "pointer": "/meal", "value": "{{meal}}"},
              {"kind": "order", "tools": ["find_customer_by_email", "set_meal"]},
              {"kind": "unchanged_except", "rows": [leg_key("{{booking_id}}", "{{position}}")]}]}},
-        # 3. Compensation is not the agent's to give: look at the booking's flights, then hand off to a human (a
-        #    pure tool). A request naming a flight of a booking is looked up with list_legs, as a meal change or a
+        # 3. Compensation is not the agent's to give: look up the flight's leg, then hand off to a human (a pure
+        #    tool). A request naming a flight of a booking is looked up with find_leg, as a meal change or a
         #    cancellation of legs naming their flights is: one look-up for one kind of request.
         {"family": {"query": COMPENSATION.strip()},
          "instruction": "{{instruction}}",
          "anchor": {"table": "flights", "key": {"flight_no": "{{flight_no}}", "flight_date": "{{flight_date}}"}},
          "reference": [{"tool": "find_customer_by_email", "arguments": {"email": "{{email}}"}},
-                       {"tool": "list_legs", "arguments": {"booking_id": "{{booking_id}}"}},
+                       {"tool": "find_leg", "arguments": {"booking_id": "{{booking_id}}",
+                                                          "flight_no": "{{flight_no}}",
+                                                          "flight_date": "{{flight_date}}"}},
                        {"tool": "transfer_to_human_agents",
                         "arguments": {"reason": "compensation", "booking_id": "{{booking_id}}",
                                       "summary": "{{email}} asks for compensation for cancelled flight {{flight_no}} "
@@ -456,10 +480,10 @@ def build_tasks():
                    "who will take over this conversation.",
          "vcode": {"checks": [
              verified("{{email}}"),
-             {"kind": "tool_called", "tool": "list_legs", "arguments": {"booking_id": "{{booking_id}}"}},
+             {"kind": "tool_called", "tool": "find_leg", "arguments": {"booking_id": "{{booking_id}}"}},
              {"kind": "tool_called", "tool": "transfer_to_human_agents",
               "arguments": {"reason": "compensation", "booking_id": "{{booking_id}}"}},
-             {"kind": "order", "tools": ["list_legs", "transfer_to_human_agents"]},
+             {"kind": "order", "tools": ["find_leg", "transfer_to_human_agents"]},
              {"kind": "unchanged_except"}]}},
         # 4. A booking with a flown leg cannot be cancelled as a whole: look it up, restate what decides, refuse.
         {"family": {"query": FLOWN_CANCEL.strip()},
