@@ -24,7 +24,7 @@ from trainers.config import TrainConfig  # noqa: E402
 from trainers.eval_record import GRPOReport, RFTReport, SFTReport, report_from_json  # noqa: E402
 from trainers.grpo import rollouts  # noqa: E402
 from trainers.plan import validate_rows  # noqa: E402
-from trainers.rft import rft_cases  # noqa: E402
+from trainers.rft import reference_rows, rft_cases  # noqa: E402
 from trainers.rft_select import RFT_SOURCE, SampledEpisode, row_key, select  # noqa: E402
 from world_format.kit import Kit, KitCase  # noqa: E402
 
@@ -77,6 +77,28 @@ def test_only_verifier_passes_are_kept_and_each_conversation_once(retail_kit: Ki
     assert (counts.duplicates, counts.unusable, counts.verifier_errors) == (2, 1, 0)
     assert sorted(row["metadata"]["copies"] for row in chosen.rows) == [2, 2]
     assert len({row_key(row) for row in chosen.rows}) == 2
+
+
+def test_with_a_reference_fill_a_case_with_no_kept_episode_trains_on_its_kit_row(
+        retail_kit: Kit, two_cases: list[tuple[dict[str, Any], KitCase]]) -> None:
+    """Case A passes once, case B only fails: without a fill B has no row (the mix is the policy's successes); with
+    ``--rft-fill reference`` B's kit row stands for it, marked, and A keeps its sampled episode, not its kit row."""
+    (row_a, case_a), (row_b, case_b) = two_cases
+    sampled = _sample(retail_kit, [(row_a, case_a, hermes_texts(row_a)), (row_b, case_b, ["Sure."])])
+    rows = retail_kit.jsonl("sft.jsonl")
+    fill = reference_rows(rows, rft_cases(retail_kit, rows))
+    runtime = retail_kit.world().runtime()
+    try:
+        alone, filled = select(sampled, runtime, seed=1), select(sampled, runtime, seed=1, fill=fill)
+    finally:
+        runtime.close()
+    assert [r["metadata"]["case_id"] for r in alone.rows] == [case_a.case_id] and alone.counts.reference_rows == 0
+    by_case = {r["metadata"]["case_id"]: r for r in filled.rows}
+    assert set(by_case) == {case_a.case_id, case_b.case_id} and filled.counts.reference_rows == 1
+    assert by_case[case_a.case_id]["metadata"]["sft_source"] == RFT_SOURCE
+    assert by_case[case_b.case_id]["messages"] == row_b["messages"]
+    assert by_case[case_b.case_id]["metadata"] == {**row_b["metadata"], "rft_fill": "reference"}
+    assert (filled.counts.kept, filled.counts.cases_kept) == (1, 1)  # the counts of sampled episodes are unchanged
 
 
 def test_a_kept_row_has_the_kit_rows_shape_and_validates_against_the_world_like_them(
@@ -169,8 +191,8 @@ def test_an_rft_report_reads_back_as_itself_and_never_as_an_sft_or_grpo_report()
     paired = compare({"c1": (True, "a"), "c2": (False, "b")}, {"c1": (True, "a"), "c2": (True, "b")},
                      earlier_name="sft", later_name="rft")
     sampling = {"episodes": 8, "passed": 5, "verifier_errors": 0, "unusable": 1, "duplicates": 2, "kept": 2,
-                "cases_kept": 2, "samples_per_case": 4, "temperature": 0.7, "cases": 2, "cases_planned": 2,
-                "model_calls": 20, "seconds": 1.5}
+                "cases_kept": 2, "reference_rows": 0, "samples_per_case": 4, "temperature": 0.7, "cases": 2,
+                "cases_planned": 2, "model_calls": 20, "seconds": 1.5}
     value = {"sft": _rate(2, 1), "rft": _rate(2, 2), "rft_minus_sft": {"pass_rate": 0.5, "cases": 2,
                                                                         "paired": paired.model_dump(mode="json")},
              "sampling": sampling, "train_seconds": 3.0, "loss_history": [[1, 0.5]], "eval_model_calls": 4,

@@ -155,6 +155,11 @@ class TrainConfig(BaseModel):
     deduplicated, are the rows RFT trains on."""
     rft_temperature: float = Field(0.7, gt=0)
     """RFT: sampling temperature of those episodes."""
+    rft_fill: Literal["none", "reference"] = "none"
+    """RFT: what stands for a sampled training case none of whose episodes was kept. ``none``: nothing (the rows
+    are the policy's successes alone, so the families it fails shrink in the mix); ``reference``: the case's kit
+    row, its executed reference chain, so every sampled case keeps a row (STaR's rationalization: Zelikman et al.,
+    arXiv 2203.14465)."""
     max_model_calls: int | None = Field(None, ge=1)
     """Budget: stop training at a step boundary before it could pass this many model calls (generated turns of
     GRPO rollouts and RFT samples; evaluations are not counted)."""

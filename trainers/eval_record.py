@@ -228,6 +228,9 @@ class RFTSelection(Record):
     """Distinct episodes kept: the rows RFT trains on (passed - unusable - duplicates)."""
     cases_kept: int
     """Training cases with at least one kept row."""
+    reference_rows: int = 0
+    """Sampled training cases with no kept episode whose kit row was trained on instead (``--rft-fill reference``;
+    0 with ``none``)."""
 
 
 class RFTSampling(RFTSelection):

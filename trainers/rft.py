@@ -5,7 +5,8 @@ From the ``--init-adapter`` export (an SFT run's), sample ``--rft-samples`` k ep
 (:func:`trainers.grpo.rl_cases`, :func:`trainers.grpo.rollouts`: parse the tool calls, execute them on an isolated
 copy of the seed, the scripted customer, the turn cap) and the same verdict as held-out evaluation (the case's
 VCode and the world's procedures). Keep the passed episodes that are training rows, each distinct conversation
-once (:mod:`trainers.rft_select`), and train on them with the SFT recipe of the config (:func:`trainers.sft_torch.
+once (:mod:`trainers.rft_select`; with ``--rft-fill reference`` a sampled case with none kept contributes its kit
+row instead), and train on them with the SFT recipe of the config (:func:`trainers.sft_torch.
 fit_rows`), continuing the export's LoRA adapter (a full export: a fresh seeded LoRA on it, or every weight with
 ``--full``). Xiong et al., "A Minimalist Approach to LLM Reasoning: from Rejection Sampling to Reinforce"
 (arXiv 2504.11343), find this close to GRPO.
@@ -49,6 +50,18 @@ def rft_cases(kit: Kit, rows: list[dict[str, Any]]) -> list[KitCase]:
     for case in rl_cases(kit, rows):
         seen.setdefault(case.case_id, case)
     return list(seen.values())
+
+
+def reference_rows(rows: list[dict[str, Any]], cases: list[KitCase]) -> dict[str, dict[str, Any]]:
+    """The kit row of each case RFT samples (case id → its first SFT row, renamed replays left out): what
+    ``--rft-fill reference`` trains on for a case whose sampled episodes were not kept."""
+    wanted = {case.case_id for case in cases}
+    found: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        metadata = row.get("metadata") or {}
+        if metadata.get("case_id") in wanted and "renaming" not in metadata:
+            found.setdefault(metadata["case_id"], row)
+    return found
 
 
 def load_rft_policy(source: PolicySource, config: TrainConfig) -> tuple[Any, Any]:
@@ -103,6 +116,7 @@ class RFTTrainer:
             raise ConfigError("--method rft needs --init-adapter: the export of the SFT run it samples from")
         self.config, self.kit = config, kit
         self.cases = rft_cases(kit, rows)
+        self.fill = reference_rows(rows, self.cases) if config.rft_fill == "reference" else {}
         assert_same_tools(rows, self.cases + kit.cases("eval")[: config.eval_limit])
         self.source = policy_source(config, plan_record)
         self.model, self.tokenizer = load_rft_policy(self.source, config)
@@ -130,7 +144,7 @@ class RFTTrainer:
                     budget.model_calls += item.episode.turns
                 log(f"RFT sampled {first + len(chunk)}/{len(self.cases)} cases: "
                     f"{sum(s.episode.passed for s in sampled)} of {len(sampled)} episodes passed")
-            selected = select(sampled, runtime, config.seed)
+            selected = select(sampled, runtime, config.seed, self.fill)
         finally:
             runtime.close()
         record = RFTSampling(**selected.counts.model_dump(), samples_per_case=k, temperature=config.rft_temperature,
@@ -150,7 +164,9 @@ class RFTTrainer:
         atomic_write_bytes(out / "rft_episodes.jsonl", jsonl_bytes(_episode_line(s) for s in sampled))
         atomic_write_bytes(out / "rft_rows.jsonl", jsonl_bytes(selected.rows))
         log(f"RFT kept {record.kept} distinct episodes of {record.passed} passed / {record.episodes} sampled "
-            f"({record.duplicates} duplicates, {record.unusable} unusable) over {record.cases_kept} cases")
+            f"({record.duplicates} duplicates, {record.unusable} unusable) over {record.cases_kept} cases"
+            + (f"; {record.reference_rows} cases with none kept train on their kit row" if config.rft_fill ==
+               "reference" else ""))
         if not selected.rows:
             raise TrainerError(f"RFT kept no episode: {record.passed} of {record.episodes} sampled episodes "
                                f"({config.rft_samples} per case over {record.cases} training cases) passed the "

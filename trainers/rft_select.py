@@ -9,6 +9,10 @@ however often they were sampled (``copies`` records how often). The rows are ord
 shuffled with ``random.Random(seed)``, so the same episodes give the same rows in the same order whatever order
 they were sampled in.
 
+With a fill (``--rft-fill reference``), a sampled case none of whose episodes was kept contributes its kit row (the
+executed reference chain, ``metadata.rft_fill: reference``), ordered and shuffled with the kept rows: the mix then
+holds every sampled case, not only those the policy already passes.
+
 A row has the kit's row shape (``messages`` with ``tool_calls`` and their ids, ``tools``, ``metadata``), the
 messages exactly as the episode loop recorded them (:mod:`world_format.conversation`), and metadata naming the
 case and the sample it came from (``sft_source: rft_sample``).
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,8 +73,12 @@ def row_key(row: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json({"messages": row["messages"], "tools": row["tools"]}).encode()).hexdigest()
 
 
-def select(sampled: Sequence[SampledEpisode], runtime: Any, seed: int) -> Selected:
-    """The verifier-passed episodes that are training rows of ``runtime``'s world, each once, seeded order."""
+def select(sampled: Sequence[SampledEpisode], runtime: Any, seed: int,
+           fill: Mapping[str, dict[str, Any]] | None = None) -> Selected:
+    """The verifier-passed episodes that are training rows of ``runtime``'s world, each once, seeded order.
+
+    ``fill``: the kit's row of each training case (case id → row, ``--rft-fill reference``); a sampled case with no
+    kept episode is trained on its kit row instead (``metadata.rft_fill``), counted in ``reference_rows``."""
     kept: dict[str, dict[str, Any]] = {}
     copies: dict[str, int] = {}
     passed = unusable = 0
@@ -86,10 +94,21 @@ def select(sampled: Sequence[SampledEpisode], runtime: Any, seed: int) -> Select
         copies[key] = copies.get(key, 0) + 1
         kept.setdefault(key, row)
     rows = [{**kept[key], "metadata": {**kept[key]["metadata"], "copies": copies[key]}} for key in sorted(kept)]
-    random.Random(seed).shuffle(rows)
+    kept_cases = {row["metadata"]["case_id"] for row in rows}
+    filled = _reference_rows(sampled, kept_cases, fill or {})
     counts = RFTSelection(
         episodes=len(sampled), passed=passed,
         verifier_errors=sum(s.episode.verdict.outcome == "error" for s in sampled),
         unusable=unusable, duplicates=passed - unusable - len(rows), kept=len(rows),
-        cases_kept=len({row["metadata"]["case_id"] for row in rows}))
+        cases_kept=len(kept_cases), reference_rows=len(filled))
+    rows = sorted(rows + filled, key=row_key)
+    random.Random(seed).shuffle(rows)
     return Selected(rows, counts)
+
+
+def _reference_rows(sampled: Sequence[SampledEpisode], kept_cases: set[str],
+                    fill: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The kit row of each sampled case in ``fill`` with no kept episode, marked ``metadata.rft_fill``."""
+    missing = sorted({item.case.case_id for item in sampled} - kept_cases)
+    return [{**fill[case_id], "metadata": {**(fill[case_id].get("metadata") or {}), "rft_fill": "reference"}}
+            for case_id in missing if case_id in fill]
