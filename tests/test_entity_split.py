@@ -53,15 +53,24 @@ def _built(world: Path, factory: pytest.TempPathFactory) -> tuple[dict[str, Any]
     return record, json.loads((kit / "kit.json").read_bytes()), files
 
 
-@pytest.fixture(scope="module")
-def retail_entities() -> Entities:
-    loaded = load_world(RETAIL)
+def _entities(world: Path) -> Entities:
+    loaded = load_world(world)
     runtime = loaded.runtime()
     try:
         with runtime.guard.host() as conn:
             return Entities(loaded.world, conn)
     finally:
         runtime.close()
+
+
+@pytest.fixture(scope="module")
+def retail_entities() -> Entities:
+    return _entities(RETAIL)
+
+
+@pytest.fixture(scope="module")
+def airline_entities() -> Entities:
+    return _entities(AIRLINE)
 
 
 def test_an_order_and_its_items_and_refunds_belong_to_the_customer_entity(retail_entities: Entities) -> None:
@@ -85,14 +94,8 @@ def test_a_self_reference_does_not_join_entities() -> None:
     assert employees is not None and owning_reference(employees) is None
 
 
-def test_composite_keys_resolve_to_their_owner() -> None:
-    loaded = load_world(AIRLINE)
-    runtime = loaded.runtime()
-    try:
-        with runtime.guard.host() as conn:
-            entities = Entities(loaded.world, conn)
-    finally:
-        runtime.close()
+def test_composite_keys_resolve_to_their_owner(airline_entities: Entities) -> None:
+    entities = airline_entities
     rows = json.loads(AIRLINE.read_text())["state"]["rows"]
     booking = rows["bookings"][0]
     assert entities.entity("booking_legs", {"booking_id": booking[0], "position": 1}) == \
@@ -103,16 +106,10 @@ def test_composite_keys_resolve_to_their_owner() -> None:
 
 
 
-def test_a_call_naming_a_row_by_several_columns_names_the_row_holding_them_all() -> None:
+def test_a_call_naming_a_row_by_several_columns_names_the_row_holding_them_all(airline_entities: Entities) -> None:
     """find_leg names a leg by its booking, flight and date: the leg of that booking, not the first leg anyone holds
     on that flight (which belongs to another customer); a combination no row holds names nothing."""
-    loaded = load_world(AIRLINE)
-    runtime = loaded.runtime()
-    try:
-        with runtime.guard.host() as conn:
-            entities = Entities(loaded.world, conn)
-    finally:
-        runtime.close()
+    entities = airline_entities
     rows = json.loads(AIRLINE.read_text())["state"]["rows"]
     owner = {booking[0]: booking[1] for booking in rows["bookings"]}
     first_on = {}

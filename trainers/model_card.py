@@ -52,7 +52,8 @@ def model_card(config: TrainConfig, manifest: dict[str, Any], report: TrainingRe
     shape = "every weight" if kind == "full" else f"a LoRA adapter (rank {rank}, alpha {2 * rank})"
     steps = {"sft": f"{config.epochs:g} epochs",
              "rft": f"{config.epochs:g} epochs on the verifier-passed episodes of {config.rft_samples} sampled per "
-                    f"training case at temperature {config.rft_temperature:g}"}.get(
+                    f"training case at temperature {config.rft_temperature:g}"
+                    + (", and the kit rows of cases with none kept" if config.rft_fill == "reference" else "")}.get(
         config.method, f"{config.steps} steps, group {config.group_size}")
     lines = [
         f"# {world}: {name}, {config.method.upper()} ({kind})", "",
