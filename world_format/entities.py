@@ -84,7 +84,7 @@ class Entities:
         self._parent: dict[Row, tuple[Row, Any] | None] = {}
         self._root: dict[Row, Row] = {}
         self._values: dict[tuple[str, str], dict[Any, tuple[str, Any]]] = {}
-        self._held: dict[tuple[str, str], Any] = {}
+        self._held: dict[tuple[str, tuple[tuple[str, Any], ...]], Any] = {}
         self._anchored = {(table, column) for tool in world.tools for target in tool.anchors.values()
                           for table, column in [target.split(".")]
                           if table in self._tables and column not in self._tables[table].key_columns}
@@ -116,14 +116,8 @@ class Entities:
         dictionary of the column's values would find it), or None."""
         if not self._unique(table, column):
             return self._column_values(table, column).get(value)
-        name = quote_identifier(table.name)
-        column_sql = quote_identifier(column)
-        for found, key in self.seed.rows(f"SELECT {column_sql}, {key_expression(table, name)} FROM {name} "
-                                         f"WHERE {column_sql} = ?", (value,)):
-            if found == value:
-                normal = normalize_key(key_from_sql(table, key))
-                return canonical_json(normal), normal
-        return None
+        key = self._row_holding(table, {column: value})
+        return None if key is None else (canonical_json(key), key)
 
     def _known(self, row: Row, key: Any) -> bool:
         """Whether the seed holds row ``row`` (key ``key``, normalised); reads it (and its owner) the first time."""
@@ -221,9 +215,10 @@ class Entities:
         return None
 
     def _row_holding(self, table: Table, columns: dict[str, Any]) -> Any:
-        """The key of the first row of ``table`` holding every one of ``columns``' values (several columns that
-        name one row together: a booking and a flight, a name and a zip code), compared exactly, or None."""
-        remembered = (table.name, canonical_json(columns))
+        """The key of the first row of ``table`` holding every one of ``columns``' values (a unique column's value;
+        several columns that name one row together: a booking and a flight, a name and a zip code), compared
+        exactly, or None. Remembered per table and values."""
+        remembered = (table.name, tuple(sorted(columns.items())))
         if remembered in self._held:
             return self._held[remembered]
         name = quote_identifier(table.name)
