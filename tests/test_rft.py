@@ -86,7 +86,7 @@ def test_with_a_reference_fill_a_case_with_no_kept_episode_trains_on_its_kit_row
     (row_a, case_a), (row_b, case_b) = two_cases
     sampled = _sample(retail_kit, [(row_a, case_a, hermes_texts(row_a)), (row_b, case_b, ["Sure."])])
     rows = retail_kit.jsonl("sft.jsonl")
-    fill = reference_rows(rows, rft_cases(retail_kit, rows))
+    fill = reference_rows(retail_kit, rows)
     runtime = retail_kit.world().runtime()
     try:
         alone, filled = select(sampled, runtime, seed=1), select(sampled, runtime, seed=1, fill=fill)

@@ -166,18 +166,24 @@ def rl_cases(kit: Kit, rows: list[dict[str, Any]]) -> list[KitCase]:
     objects it saw in SFT. Renamed replays (rows with ``metadata.renaming``) are left out: their prompt names
     renamed values that only their renamed copy of the seed holds, and RL episodes run on the kit's seed.
     """
-    tasks = {case.case_id: case for case in kit.cases("train")}
-    cases = []
-    for row in rows:
-        metadata = row.get("metadata") or {}
-        case_id = metadata.get("case_id")
-        if case_id not in tasks or "renaming" in metadata:
-            continue
-        prompt = Prompt(messages=row["messages"][:2], tools=row["tools"])
-        cases.append(tasks[case_id].model_copy(update={"prompt": prompt}))
+    cases = [case.model_copy(update={"prompt": Prompt(messages=row["messages"][:2], tools=row["tools"])})
+             for row, case in rl_rows(kit, rows)]
     if not cases:
         raise ConfigError("no SFT row matches a training case of the kit: nothing to run RL on")
     return cases
+
+
+def rl_rows(kit: Kit, rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], KitCase]]:
+    """Each SFT row of a training case of the kit with that case, in the rows' order: the rows RL prompts come from
+    (:func:`rl_cases`; renamed replays left out)."""
+    tasks = {case.case_id: case for case in kit.cases("train")}
+    pairs = []
+    for row in rows:
+        metadata = row.get("metadata") or {}
+        case_id = metadata.get("case_id")
+        if case_id in tasks and "renaming" not in metadata:
+            pairs.append((row, tasks[case_id]))
+    return pairs
 
 
 def assert_same_tools(rows: list[dict[str, Any]], cases: list[KitCase]) -> None:

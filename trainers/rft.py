@@ -38,7 +38,7 @@ from .eval_record import Delta, RFTReport, RFTSampling
 from .evaluation import EvalSummary, turn_constraint
 from .fit import FitResult
 from .grounding import with_grounding_repeats
-from .grpo import PolicySource, assert_same_tools, policy_source, previous_eval, rl_cases, rollouts
+from .grpo import PolicySource, assert_same_tools, policy_source, previous_eval, rl_cases, rl_rows, rollouts
 from .plan_record import PlanRecord
 from .report import paired
 from .rft_select import SampledEpisode, Selected, select
@@ -52,15 +52,12 @@ def rft_cases(kit: Kit, rows: list[dict[str, Any]]) -> list[KitCase]:
     return list(seen.values())
 
 
-def reference_rows(rows: list[dict[str, Any]], cases: list[KitCase]) -> dict[str, dict[str, Any]]:
-    """The kit row of each case RFT samples (case id → its first SFT row, renamed replays left out): what
+def reference_rows(kit: Kit, rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The kit row of each case RFT samples (case id → its first SFT row, :func:`trainers.grpo.rl_rows`): what
     ``--rft-fill reference`` trains on for a case whose sampled episodes were not kept."""
-    wanted = {case.case_id for case in cases}
     found: dict[str, dict[str, Any]] = {}
-    for row in rows:
-        metadata = row.get("metadata") or {}
-        if metadata.get("case_id") in wanted and "renaming" not in metadata:
-            found.setdefault(metadata["case_id"], row)
+    for row, case in rl_rows(kit, rows):
+        found.setdefault(case.case_id, row)
     return found
 
 
@@ -116,7 +113,7 @@ class RFTTrainer:
             raise ConfigError("--method rft needs --init-adapter: the export of the SFT run it samples from")
         self.config, self.kit = config, kit
         self.cases = rft_cases(kit, rows)
-        self.fill = reference_rows(rows, self.cases) if config.rft_fill == "reference" else {}
+        self.fill = reference_rows(kit, rows) if config.rft_fill == "reference" else {}
         assert_same_tools(rows, self.cases + kit.cases("eval")[: config.eval_limit])
         self.source = policy_source(config, plan_record)
         self.model, self.tokenizer = load_rft_policy(self.source, config)
