@@ -315,6 +315,12 @@ def verified(email):
     return {"kind": "tool_called", "tool": "find_customer_by_email", "arguments": {"email": email}}
 
 
+def leg_lookup(flight_no, flight_date):
+    """A find_leg step of the booking's family row: the leg the customer names by its flight and date."""
+    return {"tool": "find_leg", "arguments": {"booking_id": "{{booking_id}}", "flight_no": flight_no,
+                                              "flight_date": flight_date}}
+
+
 def leg_key(booking, position):
     return {"table": "booking_legs", "key": {"booking_id": booking, "position": position}}
 
@@ -410,10 +416,7 @@ def build_tasks():
          "anchor": {"table": "bookings", "key": "{{booking_id}}"},
          "turns": [confirm],
          "reference": [{"tool": "find_customer_by_email", "arguments": {"email": "{{email}}"}},
-                       {"tool": "find_leg", "arguments": {"booking_id": "{{booking_id}}", "flight_no": "{{f1}}",
-                                                          "flight_date": "{{d1}}"}},
-                       {"tool": "find_leg", "arguments": {"booking_id": "{{booking_id}}", "flight_no": "{{f2}}",
-                                                          "flight_date": "{{d2}}"}},
+                       leg_lookup("{{f1}}", "{{d1}}"), leg_lookup("{{f2}}", "{{d2}}"),
                        {"tool": "cancel_legs", "arguments": {"booking_id": "{{booking_id}}",
                                                              "positions": ["{{p1}}", "{{p2}}"]}}],
          "answer": "Done: {{f1}} on {{d1}} and {{f2}} on {{d2}} are cancelled on booking {{booking_id}}, and their "
@@ -421,10 +424,8 @@ def build_tasks():
          "vcode": {"checks": [
              verified("{{email}}"),
              # each leg cancelled was looked up by the flight and date the customer named
-             {"kind": "tool_called", "tool": "find_leg",
-              "arguments": {"booking_id": "{{booking_id}}", "flight_no": "{{f1}}", "flight_date": "{{d1}}"}},
-             {"kind": "tool_called", "tool": "find_leg",
-              "arguments": {"booking_id": "{{booking_id}}", "flight_no": "{{f2}}", "flight_date": "{{d2}}"}},
+             {"kind": "tool_called", **leg_lookup("{{f1}}", "{{d1}}")},
+             {"kind": "tool_called", **leg_lookup("{{f2}}", "{{d2}}")},
              {"kind": "tool_called", "tool": "cancel_legs", "list_match": "multiset",
               "arguments": {"booking_id": "{{booking_id}}", "positions": ["{{p1}}", "{{p2}}"]}},
              {"kind": "sql", "query": "SELECT position, status FROM booking_legs WHERE booking_id = :b AND "
@@ -446,9 +447,7 @@ def build_tasks():
          "instruction": "{{instruction}}",
          "anchor": {"table": "booking_legs", "key": {"booking_id": "{{booking_id}}", "position": "{{position}}"}},
          "reference": [{"tool": "find_customer_by_email", "arguments": {"email": "{{email}}"}},
-                       {"tool": "find_leg", "arguments": {"booking_id": "{{booking_id}}",
-                                                          "flight_no": "{{flight_no}}",
-                                                          "flight_date": "{{flight_date}}"}},
+                       leg_lookup("{{flight_no}}", "{{flight_date}}"),
                        {"tool": "set_meal", "arguments": {"booking_id": "{{booking_id}}", "position": "{{position}}",
                                                           "meal": "{{meal}}"},
                         "say": "Your leg {{position}} of booking {{booking_id}} has status confirmed."}],
@@ -469,9 +468,7 @@ def build_tasks():
          "instruction": "{{instruction}}",
          "anchor": {"table": "flights", "key": {"flight_no": "{{flight_no}}", "flight_date": "{{flight_date}}"}},
          "reference": [{"tool": "find_customer_by_email", "arguments": {"email": "{{email}}"}},
-                       {"tool": "find_leg", "arguments": {"booking_id": "{{booking_id}}",
-                                                          "flight_no": "{{flight_no}}",
-                                                          "flight_date": "{{flight_date}}"}},
+                       leg_lookup("{{flight_no}}", "{{flight_date}}"),
                        {"tool": "transfer_to_human_agents",
                         "arguments": {"reason": "compensation", "booking_id": "{{booking_id}}",
                                       "summary": "{{email}} asks for compensation for cancelled flight {{flight_no}} "
