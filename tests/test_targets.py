@@ -50,6 +50,12 @@ def test_each_targets_own_refusal_comes_before_the_shared_rule() -> None:
     assert torch is not None and torch.startswith("--merge merges")
 
 
+def test_sft_refuses_an_init_adapter_it_would_not_start_from(tmp_path: Path) -> None:
+    refusal = TrainConfig(method="sft", target="local-torch", init_adapter=tmp_path).unsupported()
+    assert refusal is not None and refusal.startswith("--method sft trains a new adapter from --base")
+    assert TrainConfig(method="sft", target="local-torch").unsupported() is None
+
+
 class _Recording(Target):
     """A target that records what the planner and the runner asked it (no training)."""
 

@@ -51,6 +51,9 @@ def unsupported(config: TrainConfig) -> str | None:
     if config.method == "rft" and config.init_adapter is None:
         return ("--method rft samples episodes from an SFT policy and trains on the passed ones: pass that SFT run's "
                 "export with --init-adapter (train one first with --method sft)")
+    if config.method == "sft" and config.init_adapter is not None:
+        return ("--method sft trains a new adapter from --base and would ignore --init-adapter: drop it, or pass "
+                "the export to --method grpo or rft, which start from it")
     if config.merge and config.full:
         return "--merge merges a LoRA adapter into its base; a --full run already exports the whole model"
     return None
