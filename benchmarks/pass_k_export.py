@@ -49,7 +49,7 @@ def main() -> None:
         start = time.perf_counter()
         try:
             record = evaluate_pass_k(model, tokenizer, runtime, kit.cases("eval")[:args.limit], config,
-                                     runtime.world)
+                                     runtime.world, log=lambda line: print(line, file=sys.stderr, flush=True))
         finally:
             runtime.close()
     print(f"{record.text()}; {time.perf_counter() - start:.0f} s")

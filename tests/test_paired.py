@@ -122,8 +122,12 @@ def test_pass_k_of_a_real_model_repeats_with_its_seed(retail_kit: Any, tinker_ti
     cases = retail_kit.cases("eval")[:2]
     runtime = retail_kit.world().runtime()
     try:
-        first = evaluate_pass_k(model, tokenizer, runtime, cases, config)
+        lines: list[str] = []
+        first = evaluate_pass_k(model, tokenizer, runtime, cases, config, log=lines.append)
         second = evaluate_pass_k(model, tokenizer, runtime, cases, config)
     finally:
         runtime.close()
     assert first == second and first.k == 3 and first.cases == 2 and first.temperature == 0.7
+    # one progress line per attempt, whose passes add up to the record's
+    assert [line.split(":")[0] for line in lines] == ["pass^3 attempt 1/3", "pass^3 attempt 2/3", "pass^3 attempt 3/3"]
+    assert sum(int(line.split(": ")[1].split(" of ")[0]) for line in lines) == round(first.sampled_pass_rate * 6)

@@ -12,11 +12,13 @@ seeded ``seed + attempt``, so the same model and seed give the same attempts on 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
+from .budget import Log
 from .errors import ScoreError
 from .intervals import wilson_interval
 
@@ -94,25 +96,30 @@ def pass_k_record(attempts: Sequence[Sequence[EpisodeResult]], *, temperature: f
 
 
 def sampled_attempts(policy_for: Any, runtime: WorldRuntime, cases: Sequence[KitCase], max_turns: int, *, k: int,
-                     seed: int) -> list[list[EpisodeResult]]:
+                     seed: int, log: Log | None = None) -> list[list[EpisodeResult]]:
     """k evaluations of ``cases``, attempt i with the sampling policy ``policy_for(generator)`` where ``generator``
-    is a ``torch.Generator`` seeded ``seed + i``."""
+    is a ``torch.Generator`` seeded ``seed + i``; ``log`` gets one line as each attempt ends (its passes and
+    seconds)."""
     import torch
 
     from .evaluation import run_episodes
 
     out = []
     for attempt in range(k):
-        generator = torch.Generator().manual_seed(seed + attempt)
+        generator, started = torch.Generator().manual_seed(seed + attempt), time.monotonic()
         out.append(run_episodes(policy_for(generator), runtime, cases, max_turns))
+        if log is not None:
+            log(f"pass^{k} attempt {attempt + 1}/{k}: {sum(r.passed for r in out[-1])} of {len(cases)} cases "
+                f"passed ({time.monotonic() - started:.0f} s)")
     return out
 
 
 def evaluate_pass_k(model: Any, tokenizer: Any, runtime: WorldRuntime, cases: Sequence[KitCase], config: Any,
-                    world: Any = None) -> PassK:
+                    world: Any = None, log: Log | None = None) -> PassK:
     """pass^k of a loaded model on ``cases``: ``config.pass_k`` sampled evaluations at ``config.pass_k_temperature``
     (episodes decoded ``config.episode_batch`` at a time, as the greedy evaluation, with ``config.decoding``;
-    ``world`` names the row-naming parameters constrained decoding restricts), seeded from ``config.seed``."""
+    ``world`` names the row-naming parameters constrained decoding restricts), seeded from ``config.seed``;
+    ``log`` gets a line per finished attempt."""
     from .episode_decode import ModelTurns
     from .evaluation import turn_constraint
     from .formats import format_of
@@ -124,6 +131,7 @@ def evaluate_pass_k(model: Any, tokenizer: Any, runtime: WorldRuntime, cases: Se
         return ModelTurns(model, tokenizer, config.max_new_tokens, temperature=config.pass_k_temperature,
                           generator=generator, slots=config.episode_batch, tool_format=fmt, constraint=constraint)
 
-    attempts = sampled_attempts(policy_for, runtime, cases, config.turn_cap, k=config.pass_k, seed=config.seed)
+    attempts = sampled_attempts(policy_for, runtime, cases, config.turn_cap, k=config.pass_k, seed=config.seed,
+                                log=log)
     return pass_k_record(attempts, temperature=config.pass_k_temperature, seed=config.seed,
                          decoding=config.decoding)

@@ -79,7 +79,7 @@ def _pass_k(model: Any, tokenizer: Any, loaded: LoadedWorld, cases: list[KitCase
 
     runtime = loaded.runtime()
     try:
-        record = evaluate_pass_k(model, tokenizer, runtime, cases, config, loaded.world)
+        record = evaluate_pass_k(model, tokenizer, runtime, cases, config, loaded.world, log)
     finally:
         runtime.close()
     log(f"sampled: {record.text()}")
