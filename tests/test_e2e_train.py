@@ -81,6 +81,7 @@ def test_the_demo_with_a_given_base_trains_a_lora_adapter_on_it_then_grpo_from_i
     plan = json.loads((out / "run" / "plan.json").read_text(encoding="utf-8"))
     assert plan["config"]["base"] == str(base) and plan["config"]["full"] is False
     assert plan["config"]["grounding_repeats"] == 0 and plan["config"]["answer_quote_repeats"] == 0
+    assert plan["config"]["decision_weight"] == 4 and plan["config"]["decoding"] == "constrained"  # the recipe
     assert (out / "run" / "export" / "adapter_model.safetensors").is_file()
     rl = json.loads((out / "rl" / "plan.json").read_text(encoding="utf-8"))
     assert rl["config"]["method"] == "grpo" and rl["config"]["init_adapter"] == str(out / "run" / "export")
