@@ -10,11 +10,12 @@ import pytest
 from conftest import write_world
 from worlds import small_world
 
+import world_format.family
 from blobkit.builder import BuildConfig, build_kit
 from blobkit.builder.family import seeded_order
 from blobkit.errors import WorldFormatError
 from blobkit.verify import verify_kit
-from world_format.family import fill
+from world_format.family import family_sample, fill
 from world_format.kit import open_kit
 from world_format.loader import load_world
 from world_format.models import Task
@@ -89,6 +90,49 @@ def test_the_cases_picked_do_not_depend_on_the_order_the_query_returns_rows() ->
     assert picked != rows and seeded_order(rows, 7, "t-abc", keep=50)[0] != picked
     first_ten, _ = seeded_order(iter(rows), 42, "t-abc", keep=10)
     assert first_ten == picked[:10]
+
+
+def test_a_family_query_is_read_up_to_its_sample_size_and_the_rest_left_unread(tmp_path: Path) -> None:
+    loaded = load_world(write_world(tmp_path / "src", family_world(cancel_family())))
+    runtime = loaded.runtime()
+    try:
+        task = loaded.world.tasks[0]
+        whole = family_sample(runtime, task, limit=60)
+        assert len(whole.rows) == 60 and not whole.more  # the query returns exactly 60 rows
+        cut = family_sample(runtime, task, limit=25)
+        assert cut.more and cut.rows == whole.rows[:25]  # the first rows, in the query's order
+        assert [row["order_id"] for row in cut.dicts()] == [row[0] for row in whole.rows[:25]]
+    finally:
+        runtime.close()
+
+
+def test_a_build_ranks_only_the_sample_of_a_large_family_and_says_it_was_cut(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_world(tmp_path / "src", family_world(cancel_family()))
+    full = build_kit(path, tmp_path / "full", CONFIG)
+    assert "sampled" not in next(t for t in _tasks(full) if t["source"] == "authored")["family"]
+    monkeypatch.setattr(world_format.family, "FAMILY_SAMPLE_ROWS", 30)
+    sampled = build_kit(path, tmp_path / "sampled", CONFIG)
+    entry = next(t for t in _tasks(sampled) if t["source"] == "authored")
+    family = entry["family"]
+    assert family["rows"] == 30 and family["sampled"] is True
+    first_thirty = {row["order_id"] for row in _query_rows(path, ALL_ORDERS + " LIMIT 30")}
+    cases = [json.loads(line) for name in ("train_cases.jsonl", "eval_cases.jsonl")
+             for line in (Path(sampled["kit"]["path"]) / name).read_text(encoding="utf-8").splitlines()]
+    keys = {case["anchor"]["key"] for case in cases if case["task_id"] == entry["task_id"]}
+    assert keys and keys <= first_thirty
+
+
+def _query_rows(path: Path, query: str) -> list[dict[str, Any]]:
+    loaded = load_world(path)
+    runtime = loaded.runtime()
+    try:
+        with runtime.guard.world("read") as conn:
+            cursor = conn.execute(query)
+            columns = [c[0] for c in cursor.description]
+            return [dict(zip(columns, row, strict=True)) for row in cursor]
+    finally:
+        runtime.close()
 
 
 def test_building_a_family_world_twice_gives_the_same_archive(tmp_path: Path) -> None:

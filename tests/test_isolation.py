@@ -85,6 +85,21 @@ def test_runtimes_of_a_loaded_world_share_one_read_only_copy_for_the_starting_st
         second.close()
 
 
+def test_starting_rows_read_the_starting_state_inside_an_episode_and_after_it(small_world_file: Path) -> None:
+    loaded = load_world(small_world_file)
+    runtime = loaded.runtime()
+    status = "SELECT status FROM orders WHERE id = 100"
+    try:
+        before = runtime.starting_rows(status)
+        with runtime.episode() as episode:
+            episode.call("cancel_order", {"order_id": 100})
+            assert runtime.conn.execute(status).fetchall() != before  # the working copy holds the episode's write
+            assert runtime.starting_rows(status) == before
+        assert runtime.starting_rows(status) == before == loaded.seed_copy.rows(status)
+    finally:
+        runtime.close()
+
+
 def test_the_seed_is_scanned_once_however_many_runtimes_and_episodes(small_world_file: Path) -> None:
     loaded = load_world(small_world_file)
     for _ in range(2):

@@ -33,6 +33,10 @@ class Background(Generic[T]):
         """Whether the work has finished (successfully or not)."""
         return not self._thread.is_alive()
 
+    def wait(self) -> None:
+        """Wait for the work to finish, whatever its outcome (its exception stays for :meth:`result`)."""
+        self._thread.join()
+
     def result(self) -> T:
         """Wait for the work; return its value or raise its exception."""
         self._thread.join()

@@ -12,6 +12,7 @@ import re
 import sqlite3
 from collections.abc import Generator, Iterator
 from contextlib import closing
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -89,36 +90,79 @@ def fill(task: Task, row: dict[str, Any], where: str = "task") -> Task:
 
 MEMO_KEY = "family_rows"
 
+FAMILY_SAMPLE_ROWS = 20_000
+"""Most rows of a family query a build reads (:func:`family_sample`): a query that returns more is sampled, its
+first rows in the order it returns them. Far above the example worlds' families (at most a few thousand rows), so
+their kits read every row; a desk with millions of rows reads a bounded sample instead of a pass per family."""
+
+
+@dataclass(frozen=True)
+class FamilySample:
+    """The rows a family query gave a build, as read: at most :data:`FAMILY_SAMPLE_ROWS`."""
+
+    columns: tuple[str, ...]
+    """The query's column names, in its order."""
+    rows: tuple[tuple[Any, ...], ...]
+    """The rows read, in the order the query returned them."""
+    more: bool
+    """Whether the query returns more rows than were read (the sample was cut)."""
+
+    def dicts(self) -> Iterator[dict[str, Any]]:
+        """Each row as column → value."""
+        for row in self.rows:
+            yield dict(zip(self.columns, row, strict=True))
+
 
 def remember_family_rows(runtime: WorldRuntime) -> None:
-    """Have :func:`iter_family_rows` keep each query's rows on this runtime (and its forks): the first run reads them
-    all, later ones replay them. A build runs each family query twice (validation reads its first row, minting all
-    of them); a query that sorts (a window function) costs as much for its first row as for all of them."""
+    """Have :func:`family_sample` (and :func:`first_family_row`) keep each query's sample on this runtime (and its
+    forks): the first run reads it, later ones reuse it. A build runs each family query twice (validation reads
+    its first row, minting the sample); a query that sorts (a window function) costs as much for its first row as
+    for all of them."""
     runtime.memo.setdefault(MEMO_KEY, {})
 
 
+def family_sample(runtime: WorldRuntime, task: Task, where: str = "task",
+                  limit: int | None = None) -> FamilySample:
+    """The first ``limit`` rows (default :data:`FAMILY_SAMPLE_ROWS`) of the family's query over the starting state,
+    and whether it returns more (memoized per query when the runtime keeps them, :func:`remember_family_rows`).
+
+    The query runs read-only under the world's authorizer with a budget of :data:`FAMILY_QUERY_SECONDS`
+    (WorldFormatError when it is not a read-only SELECT, fails or runs out of time).
+    """
+    if task.family is None:
+        raise WorldFormatError(f"{where}: not a family task")
+    limit = FAMILY_SAMPLE_ROWS if limit is None else limit
+    kept = runtime.memo.get(MEMO_KEY)
+    memo_key = (task.family.query, limit)
+    if isinstance(kept, dict) and memo_key in kept:
+        sample: FamilySample = kept[memo_key]
+        return sample
+    columns: list[str] = []
+    rows: list[tuple[Any, ...]] = []
+    with closing(_query_batches(runtime, task.family.query, where)) as batches:
+        for names, batch in batches:
+            columns = names
+            rows.extend(batch)
+            if len(rows) > limit:
+                break
+    sample = FamilySample(tuple(columns), tuple(rows[:limit]), len(rows) > limit)
+    if isinstance(kept, dict):
+        kept[memo_key] = sample
+    return sample
+
+
 def iter_family_rows(runtime: WorldRuntime, task: Task, where: str = "task") -> Generator[dict[str, Any]]:
-    """The rows of the family's query over the starting state, as column → value, streamed (replayed when the
-    runtime keeps them, :func:`remember_family_rows`).
+    """Every row of the family's query over the starting state, as column → value, streamed.
 
     The query runs read-only under the world's authorizer with a budget of
     :data:`FAMILY_QUERY_SECONDS`; more than :data:`FAMILY_ROW_LIMIT` rows is an error.
     """
     if task.family is None:
         raise WorldFormatError(f"{where}: not a family task")
-    kept = runtime.memo.get(MEMO_KEY)
-    if not isinstance(kept, dict):
-        with closing(_query_batches(runtime, task.family.query, where)) as batches:
-            for columns, batch in batches:
-                for row in batch:
-                    yield dict(zip(columns, row, strict=True))
-        return
-    if task.family.query not in kept:
-        read = [(columns, batch) for columns, batch in _query_batches(runtime, task.family.query, where)]
-        kept[task.family.query] = read
-    for columns, batch in kept[task.family.query]:
-        for row in batch:
-            yield dict(zip(columns, row, strict=True))
+    with closing(_query_batches(runtime, task.family.query, where)) as batches:
+        for columns, batch in batches:
+            for row in batch:
+                yield dict(zip(columns, row, strict=True))
 
 
 def _query_batches(runtime: WorldRuntime, query: str, where: str) -> Generator[tuple[list[str], list[Any]]]:
@@ -148,7 +192,10 @@ def _query_batches(runtime: WorldRuntime, query: str, where: str) -> Generator[t
 
 
 def first_family_row(runtime: WorldRuntime, task: Task, where: str = "task") -> dict[str, Any] | None:
-    """The first row the family's query returns, or None when it returns none."""
+    """The first row the family's query returns, or None when it returns none (from its memoized sample when the
+    runtime keeps them, :func:`remember_family_rows`)."""
+    if isinstance(runtime.memo.get(MEMO_KEY), dict):
+        return next(family_sample(runtime, task, where).dicts(), None)
     rows = iter_family_rows(runtime, task, where)
     try:
         return next(rows, None)

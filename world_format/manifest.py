@@ -5,7 +5,8 @@ manifested directories, written and checked here and nowhere else:
 
 * :func:`write_manifested_dir` stages every file in a fresh folder beside the target, writes the
   manifest *last* (its presence means the artifact is complete), lets the caller add derived files
-  from the finished folder (the kit archive), then swaps the folder in atomically;
+  from the finished folder (the kit archive) while the staged files are flushed to disk on a thread,
+  then swaps the folder in atomically once they are;
 * :func:`verify_manifested_dir` refuses links, special files, unlisted files and missing files, and
   compares every listed file's sha256 and size, all before the caller uses anything.
 
@@ -21,7 +22,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from world_format.canonical import atomic_write_bytes, atomic_writer, file_sha256, replace_dir, sha256_hex, staging_dir
+from world_format.background import Background
+from world_format.canonical import atomic_writer, file_sha256, fsync_dir, replace_dir, sha256_hex, staging_dir
 from world_format.errors import ChecksumError
 
 FileTable = dict[str, dict[str, Any]]
@@ -51,6 +53,25 @@ def _copy_durable(source: Path, target: Path) -> None:
         shutil.copyfileobj(src, out, 1 << 20)
 
 
+def _stage_bytes(target: Path, data: bytes) -> None:
+    """Write ``data`` to a new file of a private staging folder (flushed to disk later, :func:`_flush_staged`)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "xb") as handle:
+        handle.write(data)
+
+
+def _flush_staged(staging: Path, names: list[str]) -> None:
+    """fsync the staged files and every folder holding them, so the folder swapped in is durable."""
+    for name in names:
+        fd = os.open(staging / name, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    for folder in sorted({(staging / name).parent for name in names}, reverse=True):
+        fsync_dir(folder)
+
+
 def write_manifested_dir(out: Path, files: Mapping[str, Content], manifest_name: str,
                          render: Callable[[FileTable], bytes],
                          before_publish: Callable[[Path], None] | None = None,
@@ -66,21 +87,27 @@ def write_manifested_dir(out: Path, files: Mapping[str, Content], manifest_name:
     """
     staging = staging_dir(out)
     known = hashed or {}
+    flushing: Background[None] | None = None
     try:
         table: FileTable = {}
         for name in sorted(files):
             content, target = files[name], staging / name
             if isinstance(content, bytes):
-                atomic_write_bytes(target, content)
+                _stage_bytes(target, content)
                 table[name] = file_entry(content, known.get(name))
             else:
                 _copy_durable(Path(content), target)
                 table[name] = _entry_of_path(target)
-        atomic_write_bytes(staging / manifest_name, render(table))
+        _stage_bytes(staging / manifest_name, render(table))
+        # the disk flush of a large staged file (a kit's seed) is I/O: it overlaps the caller's archive
+        flushing = Background(lambda: _flush_staged(staging, [*sorted(files), manifest_name]), "blobkit-flush")
         if before_publish is not None:
             before_publish(staging)
+        flushing.result()
         replace_dir(staging, out)
     finally:
+        if flushing is not None:
+            flushing.wait()
         if staging.exists():
             shutil.rmtree(staging)
     return table

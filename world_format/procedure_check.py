@@ -31,7 +31,7 @@ rules, and ``blobkit info``/``verify`` re-check every training row of a kit: a k
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from world_format.canonical import canonical_json
@@ -64,13 +64,15 @@ def declared(world: World) -> list[str]:
     return found
 
 
-def _revealing(world: World, entities: Entities, ident: Identification | None) -> Revealing | None:
-    """Every customer's natural-key values (the identity anchor's ``natural_keys``), found on demand in the seed."""
+def _revealing(world: World, entities: Entities, ident: Identification | None,
+               read: Callable[[str], list[Any]] | None = None) -> Revealing | None:
+    """Every customer's natural-key values (the identity anchor's ``natural_keys``), found on demand in the seed
+    (``read``: where the one full read of the columns runs, :class:`~world_format.revealing.Revealing`)."""
     anchor = world.state.anchor(ident.table) if ident else None
     table = world.state.table(ident.table) if ident else None
     if anchor is None or table is None or not anchor.natural_keys:
         return None
-    return Revealing(world, entities.seed, table, tuple(anchor.natural_keys))
+    return Revealing(world, entities.seed, table, tuple(anchor.natural_keys), read)
 
 
 class ProcedureChecker:
@@ -93,7 +95,8 @@ class ProcedureChecker:
             if entities is None:
                 with runtime.guard.host() as conn:
                     entities = Entities(runtime.world, conn)
-            found = cls(runtime.world, entities, _revealing(runtime.world, entities, identification(runtime.world)))
+            found = cls(runtime.world, entities, _revealing(runtime.world, entities, identification(runtime.world),
+                                                            runtime.starting_rows))
             runtime.memo[MEMO_KEY] = found
         return found
 

@@ -11,6 +11,7 @@ kinds apart without normalizing). A natural key without an index is normalized w
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from .canonical import canonical_json
@@ -49,24 +50,27 @@ class Revealing:
     """The natural-key values of the customers of ``table`` (the identity table), by the first token of their
     normalized text; each token's values are looked up the first time a text holds the token, then remembered."""
 
-    def __init__(self, world: World, seed: SeedCopy, table: Table, columns: tuple[str, ...]) -> None:
+    def __init__(self, world: World, seed: SeedCopy, table: Table, columns: tuple[str, ...],
+                 read: Callable[[str], list[Any]] | None = None) -> None:
+        """``read``: runs one statement over the starting state for the columns' one full read (default: on
+        ``seed``; :meth:`world_format.runtime.WorldRuntime.starting_rows` reads a runtime's idle working copy, so
+        the read does not wait on the seed's background checks sharing ``seed``'s connection)."""
         self._seed = seed
         self._table = table
         self._looked_up = tuple(c for c in columns if _indexed(world, table, c))
         self._read: dict[str, dict[str, set[str]]] = {}
         for column in columns:
-            self._add(column, skip_own_normal_form=column in self._looked_up)
+            self._add(read or seed.rows, column, skip_own_normal_form=column in self._looked_up)
         self._tokens: dict[str, Holders] = {}
 
     def _customer(self, key: Any) -> str:
         return canonical_json(normalize_key(key_from_sql(self._table, key)))
 
-    def _add(self, column: str, skip_own_normal_form: bool) -> None:
+    def _add(self, read: Callable[[str], list[Any]], column: str, skip_own_normal_form: bool) -> None:
         """Normalize and remember the values of ``column`` (read once), but those that are their own normalized
         text when ``skip_own_normal_form`` (:meth:`holders` finds those by the column's index)."""
         name = quote_identifier(self._table.name)
-        for key, value in self._seed.rows(f"SELECT {key_expression(self._table, name)}, {quote_identifier(column)} "
-                                          f"FROM {name}"):
+        for key, value in read(f"SELECT {key_expression(self._table, name)}, {quote_identifier(column)} FROM {name}"):
             if skip_own_normal_form and own_normal_form(value):
                 continue
             text = normalize_text(str(value)) if value is not None else ""

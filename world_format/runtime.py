@@ -24,7 +24,7 @@ from .keys import key_expression, key_from_sql, key_parameters, key_where, norma
 from .models import State, Table, World
 from .seed_copy import SeedCopy
 from .sqlguard import CHANGE_LOG_TABLE, TRIGGER_PREFIX, Guard, open_memory_copy
-from .state import MODULUS, TableDigest, check_seed_text, normalize_value, quote_identifier, state_hash
+from .state import MODULUS, TableDigest, check_seed_text, normalize_value, quote_identifier, rowid_name, state_hash
 
 
 def _value_sql(name: str, declared: str, strict: bool) -> str:
@@ -60,7 +60,6 @@ def strict_tables(conn: sqlite3.Connection) -> frozenset[str]:
 
 DIGEST_BATCH_ROWS = 4096
 """Rows :func:`_table_digest` renders per statement step (one text of them all, joined by newlines)."""
-_ROWID_NAMES = ("rowid", "_rowid_", "oid")
 _LAST_ROWID = (1 << 63) - 1
 
 
@@ -74,8 +73,7 @@ def _table_digest(conn: sqlite3.Connection, table: Table, strict: bool, check_te
     decoded and encoded again. ``check_text``: each batch is decoded once, so text that is not UTF-8 raises
     UnicodeDecodeError. A table whose columns take every name of its rowid is read row by row (the same digest).
     """
-    taken = {column.name.casefold() for column in table.columns}
-    rowid = next((name for name in _ROWID_NAMES if name not in taken), None)
+    rowid = rowid_name(table)
     if rowid is None:
         return _table_digest_by_row(conn, table, strict, check_text)
     prefix = f"{table.name}\x00".encode()
@@ -306,6 +304,15 @@ class WorldRuntime:
                                          f"WHERE {quote_identifier(column)} IS NOT NULL")
             self._fields[key] = FieldValues.of(value for (value,) in rows)
         return self._fields[key]
+
+    def starting_rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        """Every row of one read-only statement over the starting state (a list of tuples): read on the working copy
+        when no episode is open (it then holds the starting state, and no other thread reads it), else on the
+        pristine copy (which the seed's background checks may be reading meanwhile)."""
+        if self._in_episode:
+            return self.pristine.execute(sql, params).fetchall()
+        with self.guard.host() as conn:
+            return conn.execute(sql, params).fetchall()
 
     @contextmanager
     def episode(self) -> Iterator[Episode]:

@@ -30,6 +30,16 @@ def quote_identifier(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+ROWID_NAMES = ("rowid", "_rowid_", "oid")
+"""SQLite's names for a table's rowid; a column of the same name hides it."""
+
+
+def rowid_name(table: Table) -> str | None:
+    """A name that reads ``table``'s rowid in SQL (one no column takes), or None when its columns take all three."""
+    taken = {column.name.casefold() for column in table.columns}
+    return next((name for name in ROWID_NAMES if name not in taken), None)
+
+
 def sql_literal(value: str | int | float | bool) -> str:
     """A declared default as an SQL literal ('text' with quotes doubled, numbers as written, booleans 1/0)."""
     if isinstance(value, bool):

@@ -1,6 +1,8 @@
 """Cases of a task family: the authored template filled in from rows of its query.
 
-Rows are put in a seeded order that does not depend on the order the query returns them,
+The build reads a bounded sample of the query's rows (:func:`world_format.family.family_sample`: every row up to
+:data:`~world_format.family.FAMILY_SAMPLE_ROWS`, the first ones beyond). The rows read are put in a seeded order
+that does not depend on the order the query returns them,
 assigned to a side by their anchor row's entity (as minted cases are), and a row becomes a case only
 when its filled-in reference chain runs cleanly and passes its filled-in verifier. Rows left
 out are counted, never silently dropped.
@@ -17,7 +19,7 @@ from typing import Any
 from blobkit.errors import WorldFormatError
 from world_format.canonical import canonical_json
 from world_format.chain import final_answer, run_chain
-from world_format.family import fill, iter_family_rows
+from world_format.family import family_sample, fill
 from world_format.models import Task
 from world_format.runtime import WorldRuntime
 from world_format.vcode import evaluate
@@ -27,15 +29,24 @@ from .mint import Instance, Minter
 
 @dataclass(frozen=True)
 class FamilyReport:
-    """How many rows the family's query returned, were looked at, and were left out (and why)."""
+    """How many rows of the family's query were read, were looked at, and were left out (and why)."""
 
     rows: int
+    """Rows read from the query: all it returns, or the sample's size when :attr:`sampled`."""
     scanned: int
+    """Rows looked at in the seeded order (filled in, side assigned, reference chain run)."""
     left_out: dict[str, int]
+    """Rows looked at that gave no case, by reason."""
+    sampled: bool = False
+    """Whether the query returns more rows than were read."""
 
     def to_json(self) -> dict[str, Any]:
-        """As recorded in tasks.jsonl."""
-        return {"rows": self.rows, "scanned": self.scanned, "left_out": dict(sorted(self.left_out.items()))}
+        """As recorded in tasks.jsonl (``sampled`` only when true)."""
+        record: dict[str, Any] = {"rows": self.rows, "scanned": self.scanned,
+                                  "left_out": dict(sorted(self.left_out.items()))}
+        if self.sampled:
+            record["sampled"] = True
+        return record
 
 
 def reference_passes(runtime: WorldRuntime, task: Task) -> bool:
@@ -73,7 +84,8 @@ def family_instances(minter: Minter, task: Task, task_id: str, *, wanted: dict[s
                      scan_limit: int) -> tuple[list[Instance], FamilyReport]:
     """Up to ``wanted[side]`` verified cases per side (at least two in all when the rows allow)."""
     runtime = minter.runtime
-    rows, total = seeded_order(iter_family_rows(runtime, task), minter.seed, task_id, scan_limit)
+    sample = family_sample(runtime, task)
+    rows, total = seeded_order(sample.dicts(), minter.seed, task_id, scan_limit)
     found: list[Instance] = []
     counts = {"train": 0, "eval": 0}
     left_out = {"does_not_fill_in": 0, "reference_fails": 0}
@@ -103,4 +115,4 @@ def family_instances(minter: Minter, task: Task, task_id: str, *, wanted: dict[s
             continue
         found.append(instance)
         counts[side] += 1
-    return found, FamilyReport(total, scanned, left_out)
+    return found, FamilyReport(total, scanned, left_out, sample.more)

@@ -19,7 +19,7 @@ from typing import Any
 from world_format.canonical import canonical_json
 from world_format.chain import run_chain
 from world_format.entities import Entities
-from world_format.keys import key_expression, key_from_sql, normalize_key
+from world_format.keys import normalize_key
 from world_format.models import Column, Step, Table, Task, UserTurn, VCode, World
 from world_format.procedure_check import ProcedureChecker
 from world_format.quoting import amount, plain
@@ -31,6 +31,7 @@ from world_format.state import quote_identifier
 
 from .addressing import Address, Addresser
 from .arguments import placeholder
+from .key_order import seeded_keys
 from .mint_specs import WORDINGS, TaskSpec, key_table
 from .sides import Side, Sides
 
@@ -245,20 +246,13 @@ class Minter:
         return [row[0] for row in found if row[0] is not None]
 
     def keys(self, table: str) -> tuple[Any, ...]:
-        """All primary keys of an anchor table, in a seeded order.
+        """The primary keys of an anchor table in a seeded order: all of them, or a seeded sample of a large table
+        (:func:`.key_order.seeded_keys`).
 
-        Read and shuffled once per table (the seed never changes between episodes), so
-        minting does one pass over each anchor table however many specs it tries.
+        Read once per table (the seed never changes between episodes), so minting does at most one pass over
+        each anchor table however many specs it tries.
         """
         if table not in self._keys:
-            declared = key_table(self.world, table)
-            order = ", ".join(quote_identifier(column) for column in declared.key_columns)
             with self.runtime.guard.host() as conn:
-                rows = conn.execute(f"SELECT {key_expression(declared, quote_identifier(table))} "
-                                    f"FROM {quote_identifier(table)} ORDER BY {order}").fetchall()
-            keys = [row[0] for row in rows]
-            if declared.composite or any(type(key) is not int and type(key) is not str for key in keys):
-                keys = [normalize_key(key_from_sql(declared, key)) for key in keys]  # else each is its own normal form
-            random.Random(f"{self.seed}:{table}:keys").shuffle(keys)
-            self._keys[table] = tuple(keys)
+                self._keys[table] = seeded_keys(conn, key_table(self.world, table), self.seed)
         return self._keys[table]
