@@ -53,6 +53,10 @@ def test_a_larger_table_gives_a_seeded_sample_of_existing_keys(small_world_file:
     conn.execute("PRAGMA foreign_keys = OFF")
     conn.execute("UPDATE orders SET id = id * 1000003")  # id is the rowid (INTEGER PRIMARY KEY)
     assert sorted(seeded_keys(conn, table, 42)) == sorted(key * 1000003 for key in every)
+    # the widest rowid range SQLite allows is read whole too (no draw over a span Python cannot take the length of)
+    conn.execute("UPDATE orders SET id = -9223372036854775808 WHERE id = (SELECT min(id) FROM orders)")
+    conn.execute("UPDATE orders SET id = 9223372036854775807 WHERE id = (SELECT max(id) FROM orders)")
+    assert len(seeded_keys(conn, table, 42)) == len(every)
 
 
 def test_a_build_over_a_large_table_mints_from_the_sample(tmp_path: Path, small_world_file: Path,

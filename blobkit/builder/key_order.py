@@ -23,8 +23,9 @@ KEY_SAMPLE_ROWS = 50_000
 its rowids are dense enough to find them, see :data:`DRAWN_PER_KEY`). Far above the example worlds' tables
 (hundreds of rows), whose kits read every key."""
 DRAWN_PER_KEY = 2
-"""Rowids drawn per sampled key: a table whose drawn rowids find fewer than half the sample's keys (rowids spread
-far apart) is read whole instead."""
+"""Rowids drawn per sampled key: a table whose rowid range is more than twice as wide as the draws could fill
+(fewer than one rowid in four in use), or whose drawn rowids find fewer than half the sample's keys, is read whole
+instead."""
 _CHUNK = 10_000
 
 
@@ -56,8 +57,8 @@ def _sampled_keys(conn: sqlite3.Connection, table: Table, seed: int) -> list[Any
         count, low, high = conn.execute(f"SELECT count(*), min({rowid}), max({rowid}) FROM {name}").fetchone()
     except sqlite3.Error:  # a table without a rowid
         return None
-    if count <= KEY_SAMPLE_ROWS:
-        return None
+    if count <= KEY_SAMPLE_ROWS or high - low + 1 > 2 * DRAWN_PER_KEY * count:
+        return None  # small, or rowids too sparse for the draws to find half the sample (and a span too wide to draw)
     generator = random.Random(f"{seed}:{table.name}:key-sample")
     drawn = generator.sample(range(low, high + 1), min(high - low + 1, DRAWN_PER_KEY * KEY_SAMPLE_ROWS))
     found: dict[int, Any] = {}
