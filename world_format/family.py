@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 SLOT = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_]*)\}\}")
 WHOLE_SLOT = re.compile(r"^\{\{([A-Za-z_][A-Za-z0-9_]*)\}\}$")
 FAMILY_ROW_LIMIT = 5_000_000
-"""Most rows a family query may return (the build streams them all to pick cases deterministically)."""
+"""Most rows a family query may return when it is read whole (:func:`iter_family_rows`, which ``blobkit info``
+counts); a build reads at most :data:`FAMILY_SAMPLE_ROWS` of them."""
 FAMILY_QUERY_SECONDS = 60.0
 """Time budget of one run of a family query."""
 
