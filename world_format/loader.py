@@ -193,10 +193,11 @@ def _load_package(directory: Path, budget: Budget, background_checks: bool = Fal
         except BaseException:
             conn.close()
             raise
-        # the checks read the shared read-only copy (made on their thread); the loader's copy, which the checks
-        # above only read, becomes the first runtime's working copy: one copy of the seed fewer
+        # the checks read a private copy of their own, made on their thread and closed when they end, so the
+        # runtimes' reads of their starting state (the shared copy) never wait for a check's statement; the
+        # loader's copy, which the checks above only read, becomes the first runtime's working copy
         copies = SeedCopies(spare=conn)
-        checks = SeedChecks(lambda: copies.shared(seed).connection, world.state, str(directory))
+        checks = SeedChecks(lambda: open_memory_copy(seed), world.state, str(directory), owned=True)
         return LoadedWorld(world, seed, "package", directory, DigestCache(pending=checks.digests), checks, known,
                            copies)
     digests: dict[str, TableDigest] = {}

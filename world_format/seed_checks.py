@@ -1,11 +1,12 @@
 """A packaged seed's full-read checks, run on a thread while the caller goes on (a build mints meanwhile).
 
 The checks that read every row of the seed (foreign keys, UTF-8 text, JSON columns) and the seed digest, whose
-pass is the text check (:func:`world_format.runtime.text_checked_digests`), run on a background thread on the
-loaded world's shared read-only copy of the seed (:class:`world_format.seed_copy.SeedCopies`, made on the thread;
-its runtimes read their starting state from it meanwhile: SQLite serializes the statements of one connection),
-while the loader's own copy becomes the first runtime's working copy; the cheap checks (``quick_check``, the
-schema) have already passed on that same seed, so nothing reads a database SQLite finds corrupt. The digests are
+pass is the text check (:func:`world_format.runtime.text_checked_digests`), run on a background thread on a
+private in-memory copy of the seed made there and closed when they end (on the loaded world's shared copy, which
+its runtimes read their starting state from, every such read would wait for the check's statement: SQLite
+serializes the statements of one connection), while the loader's own copy becomes the first runtime's working
+copy; the cheap checks (``quick_check``, the schema) have already passed on that same seed, so nothing reads a
+database SQLite finds corrupt. The digests are
 handed over as soon as they are known; the verdict is waited for before anything is published. When several
 checks fail, the failure reported is the one :func:`check_seed` would raise (foreign keys, then text, then JSON),
 whatever order they ran in.
@@ -29,11 +30,12 @@ ORDER = ("foreign keys", "text", "json")
 
 
 class SeedChecks:
-    """The full-read checks of a seed, running on a thread on the connection ``connect()`` returns there (a shared
-    copy of the seed, which they only read and leave open)."""
+    """The full-read checks of a seed, running on a thread on the connection ``connect()`` returns there, which they
+    only read: closed when they end if ``owned`` (a private copy), else left open (a shared copy)."""
 
-    def __init__(self, connect: Callable[[], sqlite3.Connection], state: State, source: str) -> None:
-        self._connect, self._state, self._source = connect, state, source
+    def __init__(self, connect: Callable[[], sqlite3.Connection], state: State, source: str,
+                 owned: bool = False) -> None:
+        self._connect, self._state, self._source, self._owned = connect, state, source, owned
         self._conn: sqlite3.Connection | None = None
         self._digests: dict[str, TableDigest] | None = None
         self._digested = threading.Event()
@@ -66,6 +68,8 @@ class SeedChecks:
         finally:
             with self._closing:
                 self._conn, self._closed = None, True
+            if self._owned and conn is not None:
+                conn.close()
         return next((failed[name] for name in ORDER if name in failed), None)
 
     def digests(self) -> dict[str, TableDigest]:
