@@ -121,16 +121,20 @@ def test_checks_cancelled_before_they_have_a_connection_never_pass(tmp_path: Pat
     loaded = load_world(_package(tmp_path), validate=False)
     started = threading.Event()
 
+    made: list[sqlite3.Connection] = []
+
     def connect() -> sqlite3.Connection:
         started.wait()
-        return loaded.seed_copy.connection
+        made.append(sqlite3.connect(":memory:", check_same_thread=False))
+        return made[0]
 
     checks = SeedChecks(connect, loaded.world.state, "here")
     checks.cancel()
     started.set()
     with pytest.raises(sqlite3.OperationalError, match="interrupted"):
         checks.verdict()
-    assert loaded.seed_copy.connection.execute("SELECT 1").fetchone() == (1,)  # a shared copy is left open
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):  # the checks' own copy is closed when they end
+        made[0].execute("SELECT 1")
 
 
 def test_a_package_builds_the_kit_its_single_file_form_builds(tmp_path: Path) -> None:

@@ -197,7 +197,7 @@ def _load_package(directory: Path, budget: Budget, background_checks: bool = Fal
         # runtimes' reads of their starting state (the shared copy) never wait for a check's statement; the
         # loader's copy, which the checks above only read, becomes the first runtime's working copy
         copies = SeedCopies(spare=conn)
-        checks = SeedChecks(lambda: open_memory_copy(seed), world.state, str(directory), owned=True)
+        checks = SeedChecks(lambda: open_memory_copy(seed), world.state, str(directory))
         return LoadedWorld(world, seed, "package", directory, DigestCache(pending=checks.digests), checks, known,
                            copies)
     digests: dict[str, TableDigest] = {}

@@ -30,12 +30,11 @@ ORDER = ("foreign keys", "text", "json")
 
 
 class SeedChecks:
-    """The full-read checks of a seed, running on a thread on the connection ``connect()`` returns there, which they
-    only read: closed when they end if ``owned`` (a private copy), else left open (a shared copy)."""
+    """The full-read checks of a seed, running on a thread on the connection ``connect()`` returns there (a private
+    copy of the seed, made on that thread), which they only read and close when they end."""
 
-    def __init__(self, connect: Callable[[], sqlite3.Connection], state: State, source: str,
-                 owned: bool = False) -> None:
-        self._connect, self._state, self._source, self._owned = connect, state, source, owned
+    def __init__(self, connect: Callable[[], sqlite3.Connection], state: State, source: str) -> None:
+        self._connect, self._state, self._source = connect, state, source
         self._conn: sqlite3.Connection | None = None
         self._digests: dict[str, TableDigest] | None = None
         self._digested = threading.Event()
@@ -68,7 +67,7 @@ class SeedChecks:
         finally:
             with self._closing:
                 self._conn, self._closed = None, True
-            if self._owned and conn is not None:
+            if conn is not None:
                 conn.close()
         return next((failed[name] for name in ORDER if name in failed), None)
 
