@@ -9,6 +9,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import importlib.util
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,22 @@ from trainers.budget import Budget  # noqa: E402
 from trainers.config import TrainConfig  # noqa: E402
 from trainers.episode_decode import ModelTurns  # noqa: E402
 from trainers.eval_record import GRPOReport  # noqa: E402
-from trainers.grpo import advantages, assert_same_tools, rl_cases, rollout  # noqa: E402
+from trainers.formats import FORMATS  # noqa: E402
+from trainers.generation import Decoded  # noqa: E402
+from trainers.grpo import (  # noqa: E402
+    SerialPolicy,
+    advantages,
+    assert_same_tools,
+    draw_groups,
+    rl_cases,
+    rl_rows,
+    rollout,
+    step_model_calls,
+    tied_groups,
+)
 from trainers.grpo_torch import policy_loss  # noqa: E402
 from trainers.plan import plan  # noqa: E402
+from trainers.ranks import World  # noqa: E402
 from trainers.run import run_training  # noqa: E402
 from trainers.tiny_model import TinyModelConfig, build_tiny_model, row_texts  # noqa: E402
 from world_format.canonical import canonical_json  # noqa: E402
@@ -112,6 +126,61 @@ def test_rl_prompts_use_the_sft_rows_tool_schemas_byte_for_byte(retail_kit: Kit)
 
 def test_advantages_are_centred_within_each_group() -> None:
     assert advantages([1.0, 0.0, 1.0, 1.0, 0.0, 0.0], 2) == [0.5, -0.5, 0.0, 0.0, 0.0, 0.0]
+
+
+class Flaky(SerialPolicy):
+    """Replays the kit row of a prompt it knows on every other attempt at that prompt (its first, third, ...
+    attempts pass), and answers "I don't know." otherwise: known prompts' groups vary, the others' all fail."""
+
+    def __init__(self, known: dict[str, list[str]]) -> None:
+        super().__init__()
+        self.known, self.attempts, self.tool_format = known, dict[str, int](), FORMATS["hermes"]
+
+    def turn(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> tuple[str, Decoded]:
+        user, written = messages[1]["content"], sum(1 for m in messages if m["role"] == "assistant")
+        if written == 0:
+            self.attempts[user] = self.attempts.get(user, 0) + 1
+        texts = self.known.get(user, []) if self.attempts.get(user, 0) % 2 else []
+        return (texts[written] if written < len(texts) else "I don't know."), Decoded([], [], True)
+
+
+def test_tied_groups_count_groups_whose_rewards_are_all_equal() -> None:
+    assert tied_groups([1.0, 1.0, 0.0, 1.0, 0.0, 0.0], 2) == 2
+    assert tied_groups([1.0, 0.0, 1.0, 1.0], 4) == 0
+
+
+@pytest.mark.parametrize("rounds", [0, 1, 3])
+def test_tied_groups_are_replaced_by_fresh_prompts_for_at_most_the_rounds_allowed(retail_kit: Kit,
+                                                                                  rounds: int) -> None:
+    rows = retail_kit.jsonl("sft.jsonl")
+    pairs = rl_rows(retail_kit, rows)
+    cases = rl_cases(retail_kit, rows)
+    known = {row["messages"][1]["content"]: hermes_texts(row) for index, (row, _) in enumerate(pairs) if index % 3 == 0}
+    runtime = retail_kit.world().runtime()
+    try:
+        drawn = draw_groups(Flaky(known), runtime, cases, random.Random(17), prompts=3, group_size=2, turn_cap=6,
+                            resample_rounds=rounds, world=World(0, 1, 0))
+    finally:
+        runtime.close()
+    # the first draw is the seeded draw a step without resampling makes
+    assert drawn.prompts[:3] == random.Random(17).sample(cases, 3)
+    assert len({id(case) for case in drawn.prompts}) == len(drawn.prompts)  # no prompt drawn twice in a step
+    assert [f.index for f in drawn.figures] == drawn.mine == list(range(2 * len(drawn.prompts)))
+    rewards = [f.reward for f in drawn.figures]
+    varies = [rewards[i] != rewards[i + 1] for i in range(0, len(rewards), 2)]
+    assert varies == [case.prompt is not None and case.prompt.messages[1]["content"] in known
+                      for case in drawn.prompts]
+    # each round replaces exactly the groups of the round before that tied, until none tied or the rounds ran out
+    sizes, start = [3], 3
+    while start < len(drawn.prompts):
+        tied = sizes[-1] - sum(varies[start - sizes[-1]:start])
+        sizes.append(tied)
+        start += tied
+    assert start == len(drawn.prompts) and len(sizes) - 1 == drawn.rounds <= rounds
+    last_tied = sizes[-1] - sum(varies[start - sizes[-1]:start])
+    assert drawn.rounds == rounds or last_tied == 0
+    assert sum(f.model_calls for f in drawn.figures) <= step_model_calls(TrainConfig(
+        kit=retail_kit.root, base="x", method="grpo", batch_size=6, group_size=2, max_turns=6, resample_rounds=rounds))
 
 
 def test_one_update_raises_the_likelihood_of_the_rewarded_attempt(retail_kit: Kit, tiny: Path) -> None:

@@ -150,6 +150,11 @@ class TrainConfig(BaseModel):
     """GRPO attempts per prompt (a group)."""
     temperature: float = Field(1.0, gt=0)
     """Sampling temperature of GRPO rollouts."""
+    resample_rounds: int = Field(0, ge=0, le=8)
+    """GRPO: rounds of fresh prompts drawn within a step for the groups whose rewards all tied (every attempt
+    passed, or every one failed: zero advantage, no signal), one new prompt per tied group from the training prompts
+    not drawn yet in that step; the update covers the groups that varied. 0: tied groups are dropped, not replaced.
+    A step's worst case (its model-call budget) grows by a factor of 1 + this."""
     rft_samples: int = Field(4, ge=1, le=64)
     """RFT: episodes sampled per training case from the --init-adapter policy (k); the verifier-passed ones,
     deduplicated, are the rows RFT trains on."""

@@ -233,8 +233,9 @@ def scored_turns(rollouts: list[Rollout], weights: list[float]) -> tuple[list[tu
 
 
 def step_model_calls(config: TrainConfig) -> int:
-    """The most model calls one step can make: prompts per step x group size x turn cap."""
-    return max(1, config.batch_size // config.group_size) * config.group_size * config.turn_cap
+    """The most model calls one step can make: prompts per step x group size x turn cap x (1 + resample rounds)."""
+    return (max(1, config.batch_size // config.group_size) * config.group_size * config.turn_cap
+            * (1 + config.resample_rounds))
 
 
 @dataclass(frozen=True)
@@ -272,6 +273,61 @@ def _step_record(step: int, figures: list[RolloutFigures], group_size: int, upda
     }
 
 
+@dataclass(frozen=True)
+class StepDraw:
+    """The episodes of one GRPO step (:func:`draw_groups`)."""
+
+    prompts: list[KitCase]
+    """Every prompt drawn, in order: the step's groups are consecutive runs of ``group_size`` episodes of these."""
+    rounds: int
+    """Resampling rounds run after the first draw (0 when no group tied, or none may be replaced)."""
+    mine: list[int]
+    """Indices (in the step) of this rank's episodes."""
+    rollouts: list[Rollout]
+    """This rank's rollouts, aligned with :attr:`mine`."""
+    figures: list[RolloutFigures]
+    """Every rank's rollout figures, by index."""
+
+
+def tied_groups(rewards: Sequence[float], group_size: int) -> int:
+    """Groups (consecutive runs of ``group_size``) whose rewards are all equal: zero advantage, no signal."""
+    return sum(1 for i in range(0, len(rewards), group_size) if len(set(rewards[i:i + group_size])) == 1)
+
+
+def draw_groups(sampler: Policy, runtime: Any, cases: Sequence[KitCase], order: random.Random, *, prompts: int,
+                group_size: int, turn_cap: int, resample_rounds: int, world: World) -> StepDraw:
+    """Draw ``prompts`` training prompts (seeded ``order``) and roll out ``group_size`` episodes of each; then, for
+    up to ``resample_rounds`` rounds, one fresh prompt (not drawn yet this step) for every group of the last round
+    whose rewards tied, rolled out the same way. Tied groups stay in the step with zero advantage, so the update
+    covers the groups that varied: at most ``prompts`` of them. Every rank draws the same prompts and gathers every
+    rank's figures before deciding a round, so all ranks run the same rounds. A step makes at most
+    ``prompts x group_size x turn_cap x (1 + resample_rounds)`` model calls (:func:`step_model_calls`)."""
+    batch = order.sample(list(cases), min(prompts, len(cases)))
+    drawn, rounds = list(batch), 0
+    mine: list[int] = []
+    mine_rollouts: list[Rollout] = []
+    figures: list[RolloutFigures] = []
+    while True:
+        episodes = [case for case in batch for _ in range(group_size)]
+        offset = len(figures)
+        local = list(range(world.rank, len(episodes), world.size))
+        group = rollouts(sampler, runtime, [episodes[i] for i in local], turn_cap)
+        indices = [offset + i for i in local]
+        mine.extend(indices)
+        mine_rollouts.extend(group)
+        latest = sorted((f for part in gather(rollout_figures(indices, group)) for f in part), key=lambda f: f.index)
+        figures.extend(latest)
+        tied = tied_groups([f.reward for f in latest], group_size)
+        if not tied or rounds == resample_rounds:
+            return StepDraw(drawn, rounds, mine, mine_rollouts, figures)
+        fresh = [case for case in cases if all(case is not taken for taken in drawn)]
+        if not fresh:
+            return StepDraw(drawn, rounds, mine, mine_rollouts, figures)
+        batch = order.sample(fresh, min(tied, len(fresh)))
+        drawn.extend(batch)
+        rounds += 1
+
+
 def backend_for(config: TrainConfig, source: PolicySource) -> GRPOBackend:
     """The target's half of GRPO (:meth:`trainers.targets.base.LocalTarget.grpo_backend`; runpod's pod runs
     local-torch). TargetUnavailableError for a target that does not train in this process."""
@@ -304,24 +360,23 @@ class GRPOTrainer:
         return self.backend.start_policy()
 
     def step(self, step: int, sampler: Policy, order: random.Random, runtime: Any) -> dict[str, Any]:
-        """One GRPO step: sample a group of rollouts per prompt, one policy-gradient update when any group varies.
+        """One GRPO step: sample a group of rollouts per prompt (tied groups replaced by fresh prompts for up to
+        ``resample_rounds`` rounds, :func:`draw_groups`), one policy-gradient update when any group varies.
 
         Over several ranks every rank draws the same prompts (the same seeded ``order``), rolls out its share of
         the episodes (every size-th, from its rank), and the rewards are gathered before the advantages, so
         each rank weighs its rollouts by their whole group; the backend averages the update over the ranks.
         """
-        config, started, world = self.config, time.monotonic(), World.from_env()
-        prompts = max(1, config.batch_size // config.group_size)
-        chosen = order.sample(self.cases, min(prompts, len(self.cases)))
-        episodes = [case for case in chosen for _ in range(config.group_size)]
-        mine = list(range(world.rank, len(episodes), world.size))
-        group = rollouts(sampler, runtime, [episodes[i] for i in mine], config.turn_cap)
-        figures = sorted((f for part in gather(rollout_figures(mine, group)) for f in part), key=lambda f: f.index)
-        weights = advantages([f.reward for f in figures], config.group_size)
+        config, started = self.config, time.monotonic()
+        drawn = draw_groups(sampler, runtime, self.cases, order, prompts=max(1, config.batch_size // config.group_size),
+                            group_size=config.group_size, turn_cap=config.turn_cap,
+                            resample_rounds=config.resample_rounds, world=World.from_env())
+        weights = advantages([f.reward for f in drawn.figures], config.group_size)
         updated, loss_value = False, 0.0
         if any(weights):
-            loss_value, updated = self.backend.update(group, [weights[i] for i in mine]), True
-        return _step_record(step, figures, config.group_size, updated, loss_value, time.monotonic() - started)
+            loss_value, updated = self.backend.update(drawn.rollouts, [weights[i] for i in drawn.mine]), True
+        record = _step_record(step, drawn.figures, config.group_size, updated, loss_value, time.monotonic() - started)
+        return {**record, "prompts": len(drawn.prompts), "resample_rounds": drawn.rounds}
 
     def fit(self, budget: Budget, log: Log) -> FitResult:
         """Up to ``steps`` steps, each started only when its worst case fits the budget; rl_steps.jsonl as it goes."""

@@ -202,7 +202,8 @@ def rollout_budget(config: TrainConfig) -> RolloutBudget:
     """The most model calls GRPO's planned steps may make (each step starts only if its worst case fits)."""
     per_step = step_model_calls(config)
     return RolloutBudget(max_model_calls=config.steps * per_step, per_step=per_step,
-                         how="steps x prompts per step (batch_size // group_size) x group_size x max_turns",
+                         how=("steps x prompts per step (batch_size // group_size) x group_size x max_turns"
+                              " x (1 + resample_rounds)"),
                          limit=config.max_model_calls)
 
 
