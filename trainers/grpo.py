@@ -261,10 +261,10 @@ def rollout_figures(indices: Sequence[int], group: Sequence[Rollout]) -> list[Ro
 def _step_record(step: int, figures: list[RolloutFigures], group_size: int, updated: bool, loss: float,
                  seconds: float) -> dict[str, Any]:
     rewards = [r.reward for r in figures]
-    groups = [rewards[i:i + group_size] for i in range(0, len(rewards), group_size)]
+    groups = len(range(0, len(rewards), group_size))
     return {
         "step": step, "episodes": len(figures), "reward_mean": round(sum(rewards) / len(rewards), 4),
-        "zero_variance_groups": round(sum(1 for g in groups if max(g) == min(g)) / len(groups), 4),
+        "zero_variance_groups": round(tied_groups(rewards, group_size) / groups, 4),
         "tool_call_parse_failures": sum(r.parse_failures for r in figures),
         "episode_turns_mean": round(sum(r.turns for r in figures) / len(figures), 3),
         "verifier_errors": sum(r.verifier_error for r in figures),
