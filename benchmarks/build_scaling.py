@@ -387,10 +387,10 @@ def time_naive_replay(world: World, seed_file: Path, task: Task, repeats: int) -
     return statistics.median(samples)
 
 
-def time_floor(seed_file: Path) -> float:
-    """Seconds of the work no build can skip: read and hash the seed, integrity-check it, compress it (in the
-    archive's own zstd mode for a stream of that size: multi-worker from ``MULTI_WORKER_BYTES`` on, as the kit's
-    archive is, so the floor gets the same workers the build does)."""
+def time_floor(seed_file: Path) -> tuple[float, float]:
+    """Seconds of the work no build can skip, wall and CPU (all threads): read and hash the seed, integrity-check
+    it, compress it (in the archive's own zstd mode for a stream of that size: multi-worker from
+    ``MULTI_WORKER_BYTES`` on, as the kit's archive is, so the floor gets the same workers the build does)."""
     import hashlib
 
     import zstandard
@@ -398,7 +398,7 @@ def time_floor(seed_file: Path) -> float:
     from world_format.archive.write import ZSTD_LEVEL, zstd_threads
     from world_format.sqlguard import open_memory_copy
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     data = seed_file.read_bytes()
     hashlib.sha256(data).hexdigest()
     conn = open_memory_copy(data)
@@ -408,7 +408,7 @@ def time_floor(seed_file: Path) -> float:
         conn.close()
     zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True, write_checksum=True,
                            threads=zstd_threads(len(data))).compress(data)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 @dataclass
@@ -432,6 +432,13 @@ class SizeResult:
     tasks: int
     floor_s: float = 0.0
     floor_ratio: float = 0.0
+    floor_cpu_s: float = 0.0
+    """The floor's CPU time, all threads (the run whose wall time is ``floor_s``)."""
+    cores: int = 1
+    """The CPUs this process may run on."""
+    cpu_bound_ratio: float = 0.0
+    """``build_cpu_s / cores / floor_s``: the least build / floor ratio the build's CPU time allows, were its work
+    spread perfectly over every core (the measured ratio can only be higher)."""
 
 
 def measure(size: int, scratch: Path, repeats: int, worlds: Path | None = None) -> SizeResult:
@@ -449,7 +456,8 @@ def measure(size: int, scratch: Path, repeats: int, worlds: Path | None = None) 
     naive = time_naive_replay(loaded.world, world_dir / SEED_FILE, task, max(3, repeats // 4))
     # the floor just before and just after the build, the faster of the two (the machine is shared: the lower floor
     # gives the higher, more conservative build / floor ratio)
-    floor = min(floor_before, time_floor(world_dir / SEED_FILE))
+    floor, floor_cpu = min(floor_before, time_floor(world_dir / SEED_FILE))
+    cores = _cores()
     if worlds is None:
         shutil.rmtree(world_dir)
     return SizeResult(
@@ -461,7 +469,15 @@ def measure(size: int, scratch: Path, repeats: int, worlds: Path | None = None) 
         # every episode of the build done the naive way instead (an estimate: too slow to run at 1M)
         naive_build_s=round(build_s + episodes * max(naive - ours, 0.0), 1),
         sft_rows=record["sft_rows"], tasks=record["tasks_count"], floor_s=round(floor, 3),
-        floor_ratio=round(build_s / floor, 2) if floor else 0.0)
+        floor_ratio=round(build_s / floor, 2) if floor else 0.0, floor_cpu_s=round(floor_cpu, 3), cores=cores,
+        cpu_bound_ratio=round(cpu_s / cores / floor, 2) if floor else 0.0)
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # platforms without sched_getaffinity (macOS, Windows)
+        return os.cpu_count() or 1
 
 
 # --------------------------------------------------------------------------- report
@@ -484,6 +500,7 @@ def summary(results: list[SizeResult]) -> dict[str, Any]:
         "naive_ratio": _ratio(large.naive_ratio, f"naive/ours at {large.size}", NAIVE_TARGET, at_most=False),
         "naive_build_ratio": _ratio(large.naive_build_s / large.build_s, f"naive/ours at {large.size}", None),
         "floor_ratio": _ratio(large.floor_ratio, f"build/floor at {large.size}", FLOOR_TARGET),
+        "cpu_bound_ratio": _ratio(large.cpu_bound_ratio, f"build cpu/cores/floor at {large.size}", FLOOR_TARGET),
     }
 
 
@@ -516,8 +533,18 @@ def table(report: dict[str, Any]) -> str:
         "(~ estimated: build + episodes x (naive - ours))",
         f"build / floor, {report['floor_ratio']['of'].split(' ', 1)[1]}: {report['floor_ratio']['value']:.2f}x"
         f"{_verdict(report['floor_ratio'], '<=')} (floor: read, sha256, quick_check and zstd of the seed)",
+        _bound_line(report),
     ]
     return "\n".join(lines)
+
+
+def _bound_line(report: dict[str, Any]) -> str:
+    """The least build / floor ratio the build's CPU time allows on this machine's cores."""
+    large = max(report["sizes"], key=lambda r: r["size"])
+    bound = report["cpu_bound_ratio"]
+    return (f"  least build / floor its CPU allows, at {large['size']}: {large['build_cpu_s']:.2f} CPU s / "
+            f"{large['cores']} cores = {large['build_cpu_s'] / large['cores']:.2f} s = {bound['value']:.2f}x"
+            f"{_verdict(bound, '<=')} (the floor's own CPU: {large['floor_cpu_s']:.2f} s)")
 
 
 def main(argv: list[str] | None = None) -> None:

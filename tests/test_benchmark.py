@@ -59,4 +59,7 @@ def test_a_tiny_benchmark_run_prints_every_figure(bench: ModuleType, capsys: pyt
     assert result["size"] == SIZE and result["build_s"] > 0 and result["replay_ms"] > 0
     assert result["naive_replay_ms"] > 0 and result["episodes"] > 0
     assert set(result["stages_s"]) == {"load", "mint", "gate", "split", "replay", "write"}
-    assert {"build_ratio", "execute_ratio", "naive_ratio", "floor_ratio"} <= set(report) and result["floor_s"] > 0
+    assert {"build_ratio", "execute_ratio", "naive_ratio", "floor_ratio", "cpu_bound_ratio"} <= set(report)
+    assert result["floor_s"] > 0 and result["floor_cpu_s"] > 0 and result["cores"] >= 1
+    bound = result["build_cpu_s"] / result["cores"] / result["floor_s"]  # of the rounded figures
+    assert result["cpu_bound_ratio"] == pytest.approx(bound, rel=0.1)
