@@ -320,7 +320,8 @@ def draw_groups(sampler: Policy, runtime: Any, cases: Sequence[KitCase], order: 
         tied = tied_groups([f.reward for f in latest], group_size)
         if not tied or rounds == resample_rounds:
             return StepDraw(drawn, rounds, mine, mine_rollouts, figures)
-        fresh = [case for case in cases if all(case is not taken for taken in drawn)]
+        taken = {id(case) for case in drawn}  # by identity: two cases may compare equal
+        fresh = [case for case in cases if id(case) not in taken]
         if not fresh:
             return StepDraw(drawn, rounds, mine, mine_rollouts, figures)
         batch = order.sample(fresh, min(tied, len(fresh)))
