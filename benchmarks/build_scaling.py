@@ -66,6 +66,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from blobkit.builder import BuildConfig, build_kit  # noqa: E402
+from world_format.archive.write import available_cpus  # noqa: E402
 from world_format.chain import resolve_arguments, run_chain  # noqa: E402
 from world_format.executor import compile_tool, execute_tool  # noqa: E402
 from world_format.family import fill, first_family_row  # noqa: E402
@@ -460,7 +461,7 @@ def measure(size: int, scratch: Path, repeats: int, worlds: Path | None = None) 
     # the floor just before and just after the build, the faster of the two (the machine is shared: the lower floor
     # gives the higher, more conservative build / floor ratio)
     floor, floor_cpu = min(floor_before, time_floor(world_dir / SEED_FILE))
-    cores = _cores()
+    cores = available_cpus()
     if worlds is None:
         shutil.rmtree(world_dir)
     return SizeResult(
@@ -474,13 +475,6 @@ def measure(size: int, scratch: Path, repeats: int, worlds: Path | None = None) 
         sft_rows=record["sft_rows"], tasks=record["tasks_count"], floor_s=round(floor, 3),
         floor_ratio=round(build_s / floor, 2) if floor else 0.0, floor_cpu_s=round(floor_cpu, 3), cores=cores,
         cpu_bound_ratio=round(cpu_s / cores / floor, 2) if floor else 0.0)
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # platforms without sched_getaffinity (macOS, Windows)
-        return os.cpu_count() or 1
 
 
 # --------------------------------------------------------------------------- report

@@ -31,14 +31,18 @@ MAX_WORKERS = 4
 """At most this many zstd workers (each holds its own match tables and job buffers: tens of MB at this level)."""
 
 
-def compression_workers() -> int:
-    """The zstd workers for an archive of at least :data:`MULTI_WORKER_BYTES`: the CPUs this process may run on, at
-    least 1, at most :data:`MAX_WORKERS`. The archive's bytes do not depend on it."""
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the platform has one), at least 1."""
     try:
-        available = len(os.sched_getaffinity(0))
+        return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - platforms without sched_getaffinity (macOS, Windows)
-        available = os.cpu_count() or 1
-    return max(1, min(MAX_WORKERS, available))
+        return os.cpu_count() or 1
+
+
+def compression_workers() -> int:
+    """The zstd workers for an archive of at least :data:`MULTI_WORKER_BYTES`: :func:`available_cpus`, at most
+    :data:`MAX_WORKERS`. The archive's bytes do not depend on it."""
+    return min(MAX_WORKERS, available_cpus())
 
 
 def zstd_threads(tar_bytes: int) -> int:
