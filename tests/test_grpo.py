@@ -39,7 +39,7 @@ from trainers.grpo import (  # noqa: E402
     step_model_calls,
     tied_groups,
 )
-from trainers.grpo_torch import policy_loss  # noqa: E402
+from trainers.grpo_torch import StartPolicy, k3, policy_loss, token_logprobs  # noqa: E402
 from trainers.plan import plan  # noqa: E402
 from trainers.ranks import World  # noqa: E402
 from trainers.run import run_training  # noqa: E402
@@ -183,7 +183,8 @@ def test_tied_groups_are_replaced_by_fresh_prompts_for_at_most_the_rounds_allowe
         kit=retail_kit.root, base="x", method="grpo", batch_size=6, group_size=2, max_turns=6, resample_rounds=rounds))
 
 
-def test_one_update_raises_the_likelihood_of_the_rewarded_attempt(retail_kit: Kit, tiny: Path) -> None:
+def _peft_attempts(retail_kit: Kit, tiny: Path) -> tuple[Any, list[Any]]:
+    """A seeded LoRA on the tiny model and two sampled one-turn attempts of a training case."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -200,23 +201,80 @@ def test_one_update_raises_the_likelihood_of_the_rewarded_attempt(retail_kit: Ki
     finally:
         runtime.close()
     assert all(a.turns and a.turns[0].new_ids for a in attempts)
+    return model, attempts
 
-    def logp(item: Any) -> float:
-        turn = item.turns[0]
-        with torch.no_grad():
-            logits = model(input_ids=torch.tensor([turn.prompt_ids + turn.new_ids])).logits[0].float()
-        scores = torch.log_softmax(logits[len(turn.prompt_ids) - 1:-1], -1)
-        return float(scores.gather(1, torch.tensor(turn.new_ids)[:, None]).sum())
 
-    before = [logp(a) for a in attempts]
+def _logp(model: Any, item: Any) -> Any:
+    import torch
+
+    turn = item.turns[0]
+    with torch.no_grad():
+        return token_logprobs(model, torch.tensor([turn.prompt_ids + turn.new_ids]), len(turn.prompt_ids))
+
+
+def test_one_update_raises_the_likelihood_of_the_rewarded_attempt(retail_kit: Kit, tiny: Path) -> None:
+    import torch
+
+    model, attempts = _peft_attempts(retail_kit, tiny)
+    before = [float(_logp(model, a).sum()) for a in attempts]
     lora_b = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_B" in n}
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
     optimizer.zero_grad()
     policy_loss(model, attempts, [0.5, -0.5])
     optimizer.step()
-    after = [logp(a) for a in attempts]
+    after = [float(_logp(model, a).sum()) for a in attempts]
     assert any(not torch.equal(p, lora_b[n]) for n, p in model.named_parameters() if "lora_B" in n)
     assert after[0] > before[0] and after[1] < before[1]
+
+
+def test_k3_is_zero_where_the_policies_agree_and_positive_elsewhere() -> None:
+    import torch
+
+    policy = torch.tensor([-0.5, -2.0, -0.1])
+    assert torch.equal(k3(policy, policy), torch.zeros(3))
+    apart = k3(policy, torch.tensor([-0.7, -1.0, -0.1]))
+    assert bool((apart[:2] > 0).all()) and float(apart[2]) == 0.0
+
+
+def test_the_kl_term_scores_under_the_start_weights_and_pulls_the_policy_back(retail_kit: Kit, tiny: Path) -> None:
+    import torch
+
+    model, attempts = _peft_attempts(retail_kit, tiny)
+    start = StartPolicy(model)
+    at_start = [_logp(model, a) for a in attempts]
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    # at the start the penalty is 0 and adds no gradient: the update equals the plain one
+    policy_loss(model, attempts, [0.5, -0.5])
+    plain = [p.grad.clone() for p in trainable]
+    model.zero_grad()
+    policy_loss(model, attempts, [0.5, -0.5], start=start, kl_coef=1.0)
+    assert all(torch.allclose(p.grad, g, atol=1e-7) for p, g in zip(trainable, plain, strict=True))
+    torch.optim.SGD(trainable, lr=0.5).step()
+    moved = [_logp(model, a) for a in attempts]
+    assert any(not torch.equal(m, s) for m, s in zip(moved, at_start, strict=True))
+    weights = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    for item, expected in zip(attempts, at_start, strict=True):
+        turn = item.turns[0]
+        scored = start.token_logprobs(torch.tensor([turn.prompt_ids + turn.new_ids]), len(turn.prompt_ids))
+        assert torch.allclose(scored, expected, atol=1e-6)
+    assert all(torch.equal(p, weights[n]) for n, p in model.named_parameters() if p.requires_grad)
+
+    def divergence() -> float:
+        return sum(float(k3(_logp(model, a), s).sum()) for a, s in zip(attempts, at_start, strict=True))
+
+    # with the policy-gradient weight negligible, a step on the loss lowers KL(policy || start)
+    apart = divergence()
+    assert apart > 0
+    model.zero_grad()
+    policy_loss(model, attempts, [1e-9, -1e-9], start=start, kl_coef=1.0)
+    torch.optim.SGD(trainable, lr=0.05).step()
+    assert divergence() < apart
+
+
+def test_the_kl_term_runs_on_local_torch_only() -> None:
+    assert TrainConfig(method="grpo", target="local-torch", kl_coef=0.1).unsupported() is None
+    assert "local-torch" in (TrainConfig(method="grpo", target="local-mlx", kl_coef=0.1).unsupported() or "")
+    assert "kl" not in (TrainConfig(method="grpo", target="local-mlx").unsupported() or "")
 
 
 def test_the_budget_refuses_a_step_that_could_exceed_it() -> None:
@@ -233,7 +291,8 @@ def test_a_model_call_budget_stops_grpo_cleanly_and_keeps_its_evidence(retail_ki
                                                                        tmp_path: Path, target: str) -> None:
     config = TrainConfig(kit=retail_kit.root, base=str(tiny), method="grpo", target=target, out=tmp_path,
                          steps=5, batch_size=2, group_size=2, max_turns=2, short_episodes=True, max_new_tokens=8,
-                         eval_limit=2, max_model_calls=6, learning_rate=1e-3)
+                         eval_limit=2, max_model_calls=6, learning_rate=1e-3,
+                         kl_coef=0.1 if target == "local-torch" else 0.0)
     rows = retail_kit.jsonl("sft.jsonl")
     report = run_training(config, retail_kit, rows, plan(config, retail_kit, rows, retail_kit.path("sft.jsonl")),
                           lambda line: None)

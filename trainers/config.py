@@ -155,6 +155,12 @@ class TrainConfig(BaseModel):
     passed, or every one failed: zero advantage, no signal), one new prompt per tied group from the training prompts
     not drawn yet in that step; the update covers the groups that varied. 0: tied groups are dropped, not replaced.
     A step's worst case (its model-call budget) grows by a factor of 1 + this."""
+    kl_coef: float = Field(0.0, ge=0, le=10)
+    """GRPO: weight of a penalty that holds the policy to the one it started from (the --init-adapter's, or the
+    base), added to the policy-gradient loss: the k3 estimate of KL(policy || start) per generated token,
+    exp(r) - r - 1 with r = log p_start - log p_policy (Schulman 2020; DeepSeekMath's GRPO, arXiv 2402.03300),
+    summed over the tokens the policy-gradient loss covers and divided by their count. 0 (the default, as TRL's
+    and the Tinker cookbook's): no penalty and no reference forward. local-torch only."""
     rft_samples: int = Field(4, ge=1, le=64)
     """RFT: episodes sampled per training case from the --init-adapter policy (k); the verifier-passed ones,
     deduplicated, are the rows RFT trains on."""

@@ -19,8 +19,9 @@ is small, seeded and on-policy:
 * loss = -sum(advantage * log p(token)) over the tokens the model generated, divided by the
   number of those tokens. Observation tokens are prompt tokens of the next turn and carry no loss.
   One optimizer update per step, on the samples just drawn, so the importance ratio is 1 and no
-  clipping or reference model is needed (beta = 0, TRL's default too). Steps whose groups all have
-  zero reward variance carry no signal and apply no update (recorded).
+  clipping is needed. No KL term by default (beta = 0, TRL's default too); ``--kl-coef`` adds one towards the
+  start policy on local-torch (:func:`trainers.grpo_torch.k3`). Steps whose groups all have zero reward variance
+  carry no signal and apply no update (recorded).
 
 Everything above is this module's, whatever the target. A target contributes a
 :class:`GRPOBackend`, the two parts that differ: decoding turns (a seeded sampling :class:`Policy`

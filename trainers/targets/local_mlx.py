@@ -30,7 +30,7 @@ class LocalMLX(LocalTarget):
     name: ClassVar[str] = "local-mlx"
 
     def refusal(self, config: TrainConfig) -> str | None:
-        """LoRA only, SFT without packing or a shared prefix, GRPO sampling without constrained decoding."""
+        """LoRA only; SFT without packing or a shared prefix; GRPO without constrained decoding or a KL term."""
         if config.method == "rft":
             return "--method rft samples and trains with torch: use --target local-torch"
         if config.method == "sft" and (config.full or config.packing):
@@ -44,6 +44,8 @@ class LocalMLX(LocalTarget):
         if config.decoding == "constrained" and config.method == "grpo":
             return ("--decoding constrained masks torch logits; GRPO on local-mlx samples with mlx: use --decoding "
                     "free there (its evaluations can still be constrained with blobkit eval --model --decoding)")
+        if config.kl_coef and config.method == "grpo":
+            return "--kl-coef scores tokens under the start policy in torch: use --target local-torch"
         if config.full:
             return ("GRPO on local-mlx trains a LoRA adapter; drop --full (to start from a fully trained SFT "
                     "model, pass its export with --init-adapter: GRPO trains an adapter on top of it)")
