@@ -49,12 +49,15 @@ def test_sft_trains_and_evaluates_every_held_out_case_then_grpo_updates_and_the_
 
     rl = blobkit("train", *common, "--method", "grpo", "--init-adapter", str(tmp_path / "sft" / "export"),
                  "--steps", "3", "--group-size", "4", "--batch-size", "8", "--lr", "5e-4", "--eval-limit", "6",
-                 "--out", str(tmp_path / "rl"))
+                 "--kl-coef", "0.05", "--out", str(tmp_path / "rl"))
     assert rl["steps_completed"] == 3 and rl["model_calls"] > 0
     assert {"sft", "rl", "rl_minus_sft"} <= set(rl) and rl["rl_minus_sft"]["cases"] == 6
     steps = [json.loads(line) for line in (tmp_path / "rl" / "rl_steps.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps] == [1, 2, 3]
     assert rl["optimizer_updates"] == sum(s["optimizer_update"] for s in steps)
+    # every update scored its tokens under the start policy too: the first at 0, since nothing has moved yet
+    assert all((s["kl"] is not None) == s["optimizer_update"] for s in steps)
+    assert [s["kl"] for s in steps if s["kl"] is not None][:1] in ([], [0.0])
 
     replay = blobkit("replay", "--model", str(tmp_path / "sft" / "export"), "--kit", kit, judged=True)
     assert replay["verdict"]["outcome"] in {"pass", "fail"} and replay["model_kind"] == "full"

@@ -247,7 +247,7 @@ def test_the_kl_term_scores_under_the_start_weights_and_pulls_the_policy_back(re
     policy_loss(model, attempts, [0.5, -0.5])
     plain = [p.grad.clone() for p in trainable]
     model.zero_grad()
-    policy_loss(model, attempts, [0.5, -0.5], start=start, kl_coef=1.0)
+    assert policy_loss(model, attempts, [0.5, -0.5], start=start, kl_coef=1.0)[2] == 0.0
     assert all(torch.allclose(p.grad, g, atol=1e-7) for p, g in zip(trainable, plain, strict=True))
     torch.optim.SGD(trainable, lr=0.5).step()
     moved = [_logp(model, a) for a in attempts]
@@ -266,7 +266,7 @@ def test_the_kl_term_scores_under_the_start_weights_and_pulls_the_policy_back(re
     apart = divergence()
     assert apart > 0
     model.zero_grad()
-    policy_loss(model, attempts, [1e-9, -1e-9], start=start, kl_coef=1.0)
+    assert policy_loss(model, attempts, [1e-9, -1e-9], start=start, kl_coef=1.0)[2] == pytest.approx(apart, rel=1e-5)
     torch.optim.SGD(trainable, lr=0.05).step()
     assert divergence() < apart
 
@@ -311,4 +311,7 @@ def test_a_model_call_budget_stops_grpo_cleanly_and_keeps_its_evidence(retail_ki
     assert (tmp_path / "export" / "manifest.json").is_file()
     steps = (tmp_path / "rl_steps.jsonl").read_text().splitlines()
     assert len(steps) == report.steps_completed
+    for step in map(json.loads, steps):  # the KL figure where a KL term ran (local-torch's, --kl-coef 0.1)
+        assert (step["kl"] is not None) == (step["optimizer_update"] and target == "local-torch")
+        assert step["kl"] is None or step["kl"] >= 0
     assert sum(json.loads(line)["model_calls"] for line in steps) == report.model_calls

@@ -307,7 +307,7 @@ def test_one_grpo_update_in_mlx_matches_torch_on_the_same_trajectories(
     assert all(t.turns and t.turns[0].new_ids for t in trajectories)
 
     torch_model.zero_grad()
-    torch_loss, torch_tokens = policy_loss(torch_model, trajectories, weights)
+    torch_loss, torch_tokens, _ = policy_loss(torch_model, trajectories, weights)
     mlx_loss, grads, mlx_tokens = policy_loss_and_grads(mlx_model, trajectories, weights)
     assert torch_tokens == mlx_tokens > 0
     assert abs(float(torch_loss) - mlx_loss) < GRPO_TOLERANCE and abs(mlx_loss) > 1e-4

@@ -140,6 +140,17 @@ def policy_source(config: TrainConfig, plan_record: PlanRecord) -> PolicySource:
     return PolicySource(manifest["base"], Path(config.init_adapter), str(config.init_adapter))
 
 
+@dataclass(frozen=True)
+class UpdateFigures:
+    """What one optimizer update reports for the step's record."""
+
+    loss: float
+    """The step's loss: the policy-gradient loss (plus the KL term with ``kl_coef``) over every rank's tokens."""
+    kl: float | None
+    """Mean k3 estimate of KL(policy || start) per generated token the loss covers, before the update; None
+    without ``kl_coef``."""
+
+
 class GRPOBackend(Protocol):
     """What one target supplies to the GRPO loop."""
 
@@ -151,8 +162,8 @@ class GRPOBackend(Protocol):
         """The seeded sampling policy of the run (at ``config.temperature``), keeping every turn's token ids."""
         ...
 
-    def update(self, rollouts: list[Rollout], weights: list[float]) -> float:
-        """One optimizer step on -sum(w * log p(generated tokens)) / n_tokens, clipped; return the loss."""
+    def update(self, rollouts: list[Rollout], weights: list[float]) -> UpdateFigures:
+        """One optimizer step on -sum(w * log p(generated tokens)) / n_tokens, clipped; return its figures."""
         ...
 
     def save(self, checkpoint: Path) -> None:
@@ -259,7 +270,7 @@ def rollout_figures(indices: Sequence[int], group: Sequence[Rollout]) -> list[Ro
             for i, r in zip(indices, group, strict=True)]
 
 
-def _step_record(step: int, figures: list[RolloutFigures], group_size: int, updated: bool, loss: float,
+def _step_record(step: int, figures: list[RolloutFigures], group_size: int, update: UpdateFigures | None,
                  seconds: float) -> dict[str, Any]:
     rewards = [r.reward for r in figures]
     groups = len(range(0, len(rewards), group_size))
@@ -269,7 +280,9 @@ def _step_record(step: int, figures: list[RolloutFigures], group_size: int, upda
         "tool_call_parse_failures": sum(r.parse_failures for r in figures),
         "episode_turns_mean": round(sum(r.turns for r in figures) / len(figures), 3),
         "verifier_errors": sum(r.verifier_error for r in figures),
-        "optimizer_update": updated, "loss": round(loss, 6), "model_calls": sum(r.model_calls for r in figures),
+        "optimizer_update": update is not None, "loss": round(update.loss, 6) if update else 0.0,
+        "kl": round(update.kl, 6) if update and update.kl is not None else None,
+        "model_calls": sum(r.model_calls for r in figures),
         "seconds": round(seconds, 2),
     }
 
@@ -374,10 +387,8 @@ class GRPOTrainer:
                             group_size=config.group_size, turn_cap=config.turn_cap,
                             resample_rounds=config.resample_rounds, world=World.from_env())
         weights = advantages([f.reward for f in drawn.figures], config.group_size)
-        updated, loss_value = False, 0.0
-        if any(weights):
-            loss_value, updated = self.backend.update(drawn.rollouts, [weights[i] for i in drawn.mine]), True
-        record = _step_record(step, drawn.figures, config.group_size, updated, loss_value, time.monotonic() - started)
+        update = self.backend.update(drawn.rollouts, [weights[i] for i in drawn.mine]) if any(weights) else None
+        record = _step_record(step, drawn.figures, config.group_size, update, time.monotonic() - started)
         return {**record, "prompts": len(drawn.prompts), "resample_rounds": drawn.rounds}
 
     def fit(self, budget: Budget, log: Log) -> FitResult:
@@ -400,9 +411,10 @@ class GRPOTrainer:
                 if main:
                     atomic_write_text(config.out / "rl_steps.jsonl",
                                       "".join(canonical_json(s) + "\n" for s in self.steps))
+                kl = "" if record["kl"] is None else f", KL {record['kl']:.4f}"
                 log(f"GRPO step {step}/{config.steps}: reward {record['reward_mean']:.2f}, zero-variance groups "
                     f"{record['zero_variance_groups']:.2f}, update {'yes' if record['optimizer_update'] else 'no'}, "
-                    f"{record['model_calls']} model calls")
+                    f"{record['model_calls']} model calls{kl}")
         finally:
             runtime.close()
         return self._checkpoint(budget)

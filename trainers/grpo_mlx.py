@@ -27,7 +27,7 @@ from typing import Any
 from .config import TrainConfig
 from .formats import apply_tool_format, format_of
 from .generation import Decoded, prompt_ids, stop_ids, turn_text
-from .grpo import MAX_GRAD_NORM, PolicySource, Rollout, SerialPolicy, scored_turns
+from .grpo import MAX_GRAD_NORM, PolicySource, Rollout, SerialPolicy, UpdateFigures, scored_turns
 from .lora import mlx_lora_parameters
 from .mlx_adapter import ADAPTER_CONFIG, mlx_to_peft, peft_to_mlx
 from .sft_mlx import import_mlx, load_mlx_model, local_model_dir, lora_mlx_model, save_mlx_adapter
@@ -158,7 +158,7 @@ class MLXGRPOBackend:
         config = self.config
         return MLXSampler(self._policy(), self.tokenizer, config.max_new_tokens, config.temperature, config.seed)
 
-    def update(self, rollouts: list[Rollout], weights: list[float]) -> float:
+    def update(self, rollouts: list[Rollout], weights: list[float]) -> UpdateFigures:
         """The policy loss's gradients, clipped at 1.0, then one AdamW step (bias-corrected, as torch's)."""
         mx, _, optim = import_mlx()
         model = self._policy()
@@ -167,11 +167,11 @@ class MLXGRPOBackend:
                                          weight_decay=self.config.weight_decay, bias_correction=True)
         loss, grads, _ = policy_loss_and_grads(model, rollouts, weights)
         if grads is None:
-            return loss
+            return UpdateFigures(loss, None)
         grads, _ = optim.clip_grad_norm(grads, MAX_GRAD_NORM)
         self.optimizer.update(model, grads)
         mx.eval(model.trainable_parameters(), self.optimizer.state)
-        return loss
+        return UpdateFigures(loss, None)
 
     def save(self, checkpoint: Path) -> None:
         """The mlx adapter in ``OUT/mlx-adapter``, converted to PEFT in ``checkpoint`` with the tokenizer."""

@@ -15,7 +15,7 @@ from .base_identity import pinned_base_path
 from .config import TrainConfig
 from .episode_decode import ModelTurns
 from .formats import apply_tool_format, format_of
-from .grpo import MAX_GRAD_NORM, PolicySource, Rollout, scored_turns
+from .grpo import MAX_GRAD_NORM, PolicySource, Rollout, UpdateFigures, scored_turns
 from .lora import peft_lora_config
 from .ranks import World, all_reduce_gradients, gather
 from .sft_torch import canonicalise_adapter_config
@@ -24,13 +24,14 @@ from .vllm_turns import VLLMTurns
 
 def policy_loss(model: Any, rollouts: list[Rollout], weights: list[float],
                 total_tokens: int | None = None, start: StartPolicy | None = None,
-                kl_coef: float = 0.0) -> tuple[Any, int]:
-    """Backpropagate -sum(w * log p(generated tokens)) / n_tokens; return (loss, n_tokens).
+                kl_coef: float = 0.0) -> tuple[Any, int, float | None]:
+    """Backpropagate -sum(w * log p(generated tokens)) / n_tokens; return (loss, n_tokens, the k3 sum or None).
 
     ``total_tokens`` (the generated tokens of every rank's rollouts) replaces this process's count as the
     denominator, so the ranks' summed gradients are one process's. With ``start`` and ``kl_coef`` > 0, each
-    token also adds ``kl_coef`` x k3(policy || start) / n_tokens (:func:`k3`). One forward and backward per turn,
-    so memory holds one sequence's activations at a time.
+    token also adds ``kl_coef`` x k3(policy || start) / n_tokens (:func:`k3`), and the third item is the sum of
+    k3 over this process's tokens (None without the term). One forward and backward per turn, so memory holds one
+    sequence's activations at a time.
     """
     import torch
 
@@ -38,6 +39,7 @@ def policy_loss(model: Any, rollouts: list[Rollout], weights: list[float],
     turns, n_tokens = scored_turns(rollouts, weights)
     n_tokens = n_tokens if total_tokens is None else total_tokens
     total = torch.zeros((), device=device)
+    divergence = 0.0
     for turn, weight in turns:
         ids = torch.tensor([turn.prompt_ids + turn.new_ids], device=device)
         # the start's forward swaps weights in place: it runs before the policy's graph holds them
@@ -45,10 +47,12 @@ def policy_loss(model: Any, rollouts: list[Rollout], weights: list[float],
         chosen = token_logprobs(model, ids, len(turn.prompt_ids))
         loss = -weight * chosen.sum() / n_tokens
         if reference is not None:
-            loss = loss + kl_coef * k3(chosen, reference).sum() / n_tokens
+            apart = k3(chosen, reference).sum()
+            loss = loss + kl_coef * apart / n_tokens
+            divergence += float(apart.detach())
         loss.backward()
         total = total + loss.detach()
-    return total, n_tokens
+    return total, n_tokens, divergence if start is not None and kl_coef else None
 
 
 def token_logprobs(model: Any, ids: Any, prompt_length: int) -> Any:
@@ -144,12 +148,13 @@ class TorchGRPOBackend:
                           torch.Generator().manual_seed(seed), slots=config.episode_batch,
                           tool_format=format_of(self.tokenizer))
 
-    def update(self, rollouts: list[Rollout], weights: list[float]) -> float:
+    def update(self, rollouts: list[Rollout], weights: list[float]) -> UpdateFigures:
         """Zero the gradients, backpropagate the policy loss (with ``kl_coef``'s penalty towards the start policy),
         clip at 1.0, one AdamW step.
 
         Over several ranks the loss is over every rank's generated tokens and the gradients are summed before
-        the clip, so every rank applies the same step; the loss returned is the whole step's."""
+        the clip, so every rank applies the same step; the loss returned is the whole step's, the KL its mean k3
+        per generated token over every rank's tokens (None without ``kl_coef``)."""
         import torch
 
         trainable = [p for p in self.model.parameters() if p.requires_grad]
@@ -159,13 +164,14 @@ class TorchGRPOBackend:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         total = sum(gather(scored_turns(rollouts, weights)[1]))
-        loss, _ = policy_loss(self.model, rollouts, weights, total, self.start, self.config.kl_coef)
+        loss, _, divergence = policy_loss(self.model, rollouts, weights, total, self.start, self.config.kl_coef)
         all_reduce_gradients(trainable)
         torch.nn.utils.clip_grad_norm_(trainable, MAX_GRAD_NORM)
         self.optimizer.step()
         if self.vllm is not None:
             self.vllm.load_adapter(self._adapter_snapshot())
-        return float(sum(gather(float(loss))))
+        kl = None if divergence is None else sum(gather(divergence)) / total
+        return UpdateFigures(float(sum(gather(float(loss)))), kl)
 
     def _adapter_snapshot(self) -> Path:
         """The adapter as it stands, saved for vLLM to load (a new folder per update)."""
