@@ -41,7 +41,7 @@ def main(tiny: Path, out: Path) -> None:
                                                      "revision": None}, None, str(tiny)))
     items, weights = _rollouts(int(backend.tokenizer.vocab_size))
     mine = list(range(world.rank, len(items), world.size))
-    loss = backend.update([items[i] for i in mine], [weights[i] for i in mine])
+    loss = backend.update([items[i] for i in mine], [weights[i] for i in mine]).loss
     close_process_group()
     if world.is_main:
         out.mkdir(parents=True, exist_ok=True)

@@ -303,7 +303,7 @@ def test_smollm2_goes_through_sft_grpo_evaluation_export_reload_and_replay_on_th
             runtime.close()
         assert all(r.turns and r.turns[0].new_ids for r in sampled)
         before = {n: p.detach().clone() for n, p in backend.model.named_parameters() if p.requires_grad}
-        loss = backend.update(sampled, [1.0, -1.0])
+        loss = backend.update(sampled, [1.0, -1.0]).loss
         after = dict(backend.model.named_parameters())
         assert torch.isfinite(torch.tensor(loss)) and any(not torch.equal(before[n], after[n]) for n in before)
         frozen = [p for p in backend.model.parameters() if not p.requires_grad]
