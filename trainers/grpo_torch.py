@@ -39,11 +39,12 @@ def policy_loss(model: Any, rollouts: list[Rollout], weights: list[float],
     turns, n_tokens = scored_turns(rollouts, weights)
     n_tokens = n_tokens if total_tokens is None else total_tokens
     total = torch.zeros((), device=device)
+    start = start if kl_coef else None
     divergence = 0.0
     for turn, weight in turns:
         ids = torch.tensor([turn.prompt_ids + turn.new_ids], device=device)
         # the start's forward swaps weights in place: it runs before the policy's graph holds them
-        reference = start.token_logprobs(ids, len(turn.prompt_ids)) if start is not None and kl_coef else None
+        reference = None if start is None else start.token_logprobs(ids, len(turn.prompt_ids))
         chosen = token_logprobs(model, ids, len(turn.prompt_ids))
         loss = -weight * chosen.sum() / n_tokens
         if reference is not None:
@@ -52,7 +53,7 @@ def policy_loss(model: Any, rollouts: list[Rollout], weights: list[float],
             divergence += float(apart.detach())
         loss.backward()
         total = total + loss.detach()
-    return total, n_tokens, divergence if start is not None and kl_coef else None
+    return total, n_tokens, None if start is None else divergence
 
 
 def token_logprobs(model: Any, ids: Any, prompt_length: int) -> Any:
@@ -80,22 +81,22 @@ class StartPolicy:
 
     def __init__(self, model: Any) -> None:
         self.model = model
-        self.weights = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.weights = [p.detach().clone() for p in self.params]
 
     def token_logprobs(self, ids: Any, prompt_length: int) -> Any:
         """:func:`token_logprobs` under the start weights (no gradient); the current weights are restored."""
         import torch
 
-        params = {name: p for name, p in self.model.named_parameters() if name in self.weights}
         with torch.no_grad():
-            current = {name: p.detach().clone() for name, p in params.items()}
+            current = [p.detach().clone() for p in self.params]
             try:
-                for name, p in params.items():
-                    p.copy_(self.weights[name])
+                for p, weight in zip(self.params, self.weights, strict=True):
+                    p.copy_(weight)
                 return token_logprobs(self.model, ids, prompt_length)
             finally:
-                for name, p in params.items():
-                    p.copy_(current[name])
+                for p, weight in zip(self.params, current, strict=True):
+                    p.copy_(weight)
 
 
 def load_torch_policy(source: PolicySource, config: TrainConfig) -> tuple[Any, Any]:
