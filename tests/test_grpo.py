@@ -33,6 +33,7 @@ from trainers.grpo import (  # noqa: E402
     advantages,
     assert_same_tools,
     draw_groups,
+    episode_reward,
     rl_cases,
     rl_rows,
     rollout,
@@ -98,6 +99,32 @@ def test_reward_is_the_vcode_verdict(retail_kit: Kit) -> None:
         assert item.reward == (1.0 if item.episode.verdict.outcome == "pass" else 0.0)
         assert item.verifier_error is (item.episode.verdict.outcome == "error")
     assert (full.reward, without_write.reward, silent.reward) == (1.0, 0.0, 0.0)
+
+
+def test_checks_reward_grades_failures_by_the_checks_they_met_and_keeps_a_pass_above_them(retail_kit: Kit) -> None:
+    row, case = _write_row(retail_kit)
+    texts = hermes_texts(row)
+    attempts = {"full": texts, "without_write": [*texts[:-2], "Done."], "silent": ["Sure."],
+                "unidentified": texts[1:]}  # the reference's calls, the identification left out
+    runtime = retail_kit.world().runtime()
+    try:
+        by = {kind: {name: rollout(Scripted(list(t)), runtime, case, max_turns=6, reward=kind)
+                     for name, t in attempts.items()} for kind in ("verdict", "checks")}
+    finally:
+        runtime.close()
+    plain, graded = ({name: item.reward for name, item in by[kind].items()} for kind in ("verdict", "checks"))
+    assert plain == {"full": 1.0, "without_write": 0.0, "silent": 0.0, "unidentified": 0.0}
+    assert by["checks"]["unidentified"].episode.verdict.reason.startswith("procedure:")
+    assert graded["full"] == 1.0 and graded["unidentified"] == 0.0  # a policy break earns nothing
+    assert 0.5 > graded["without_write"] > graded["silent"] >= 0.0
+    for name in ("without_write", "silent"):
+        verdict = by["checks"][name].episode.verdict
+        assert graded[name] == episode_reward(verdict, "checks") == 0.5 * (verdict.credit or 0.0)
+        assert (verdict.outcome, verdict.reason) == (by["verdict"][name].episode.verdict.outcome,
+                                                     by["verdict"][name].episode.verdict.reason)
+    # a group whose attempts all fail ties under the verdict, and varies under the checks
+    assert advantages([plain["without_write"], plain["silent"]], 2) == [0.0, 0.0]
+    assert advantages([graded["without_write"], graded["silent"]], 2)[0] > 0
 
 
 def test_a_malformed_tool_call_becomes_an_error_observation(retail_kit: Kit) -> None:
@@ -292,7 +319,8 @@ def test_a_model_call_budget_stops_grpo_cleanly_and_keeps_its_evidence(retail_ki
     config = TrainConfig(kit=retail_kit.root, base=str(tiny), method="grpo", target=target, out=tmp_path,
                          steps=5, batch_size=2, group_size=2, max_turns=2, short_episodes=True, max_new_tokens=8,
                          eval_limit=2, max_model_calls=6, learning_rate=1e-3,
-                         kl_coef=0.1 if target == "local-torch" else 0.0)
+                         kl_coef=0.1 if target == "local-torch" else 0.0,
+                         reward="checks" if target == "local-torch" else "verdict")
     rows = retail_kit.jsonl("sft.jsonl")
     report = run_training(config, retail_kit, rows, plan(config, retail_kit, rows, retail_kit.path("sft.jsonl")),
                           lambda line: None)
@@ -307,6 +335,7 @@ def test_a_model_call_budget_stops_grpo_cleanly_and_keeps_its_evidence(retail_ki
                           "zero_variance_group_fraction", "reward_history", "kit_sha256", "group_size", "shaping",
                           "left_out", "eval_limit"}
     assert saved["left_out"]["untokenizable"] == 0 and saved["rl"]["partial"] is True  # eval_limit 2
+    assert (saved["shaping"] or "").startswith("checks") == (target == "local-torch")
     assert (tmp_path / "training.png").is_file() and (tmp_path / "eval_cases_rl.json").is_file()
     assert (tmp_path / "export" / "manifest.json").is_file()
     steps = (tmp_path / "rl_steps.jsonl").read_text().splitlines()
@@ -314,4 +343,5 @@ def test_a_model_call_budget_stops_grpo_cleanly_and_keeps_its_evidence(retail_ki
     for step in map(json.loads, steps):  # the KL figure where a KL term ran (local-torch's, --kl-coef 0.1)
         assert (step["kl"] is not None) == (step["optimizer_update"] and target == "local-torch")
         assert step["kl"] is None or step["kl"] >= 0
+        assert 0 <= step["pass_rate"] <= step["reward_mean"]  # a pass earns 1; a failure 0, or its checks' share
     assert sum(json.loads(line)["model_calls"] for line in steps) == report.model_calls

@@ -364,10 +364,10 @@ def test_a_tiny_local_mlx_grpo_run_through_the_cli_updates_stops_at_the_call_bud
 
     real_rollouts = grpo.rollouts
 
-    def coin_rollouts(policy: Any, runtime: Any, cases: Any, max_turns: int) -> Any:
+    def coin_rollouts(policy: Any, runtime: Any, cases: Any, max_turns: int, reward: Any = "verdict") -> Any:
         """The real episodes, each rewarded by the parity of its first sampled token: a stand-in verdict that a
         random tiny model gets right half the time, so groups vary and updates happen."""
-        items = real_rollouts(policy, runtime, cases, max_turns)
+        items = real_rollouts(policy, runtime, cases, max_turns, reward)
         for item in items:
             item.reward = float(item.turns[0].new_ids[0] % 2)
         return items

@@ -126,6 +126,42 @@ def test_a_verifier_that_cannot_run_is_an_error_never_a_pass(small_world_file: P
         assert evaluate(task.vcode, episode, "answer").outcome == "error"
 
 
+def _credit_task() -> Task:
+    """Order 100's look-up, with a capture and five checks: met, unmet, unrunnable, met, and one on the capture."""
+    return Task.model_validate({
+        "instruction": "x", "anchor": {"table": "orders", "key": 100},
+        "reference": [{"tool": "get_order", "arguments": {"order_id": 100}}],
+        "vcode": {"captures": [{"name": "listed", "tool": "list_orders", "pointer": "/0/id"}], "checks": [
+            {"kind": "tool_called", "tool": "get_order", "arguments": {"order_id": 100}},
+            {"kind": "answer", "mode": "contains", "value": "pending"},
+            {"kind": "sql", "query": "SELECT nope FROM orders", "expect": [[1]]},
+            {"kind": "tool_not_called", "tool": "cancel_order"},
+            {"kind": "tool_called", "tool": "get_order", "arguments": {"order_id": {"$ref": "capture.listed"}}}]}})
+
+
+@pytest.mark.parametrize(("listed", "answer", "outcome", "passed", "credit"), [
+    # list_orders never called: the capture fails first; the two checks on order 100 still count
+    (False, "It is pending.", "fail", (), round(3 / 6, 4)),
+    # the capture holds 100 (customer 1's first order): only the unrunnable query is left
+    (True, "It is pending.", "error", ("tool_called", "answer"), round(5 / 6, 4)),
+    (True, "It shipped.", "fail", ("tool_called",), round(4 / 6, 4)),
+])
+def test_credit_is_the_share_of_checks_met_each_on_its_own_and_leaves_the_verdict_alone(
+        small_world_file: Path, listed: bool, answer: str, outcome: str, passed: tuple[str, ...],
+        credit: float) -> None:
+    runtime, task = load_world(small_world_file).runtime(), _credit_task()
+    with runtime.episode() as episode:
+        if listed:
+            assert episode.call("list_orders", {"customer_id": 1}).observation[0]["id"] == 100
+        episode.call("get_order", {"order_id": 100})
+        plain = evaluate(task.vcode, episode, answer)
+        scored = evaluate(task.vcode, episode, answer, credit=True)
+    assert (plain.outcome, plain.reason, plain.checks, plain.credit) == (scored.outcome, scored.reason,
+                                                                          scored.checks, None)
+    assert (scored.outcome, scored.checks, scored.credit) == (outcome, passed, credit)
+    assert "credit" not in plain.to_json() and scored.to_json()["credit"] == credit
+
+
 @pytest.mark.parametrize(("mode", "value", "answer", "expected"), [
     ("number", 3, "Customer 12 has 3 orders.", "pass"),
     ("number", 3, "3 4 5 6", "fail"),

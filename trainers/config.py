@@ -161,6 +161,11 @@ class TrainConfig(BaseModel):
     exp(r) - r - 1 with r = log p_start - log p_policy (Schulman 2020; DeepSeekMath's GRPO, arXiv 2402.03300),
     summed over the tokens the policy-gradient loss covers and divided by their count. 0 (the default, as TRL's
     and the Tinker cookbook's): no penalty and no reference forward. local-torch only."""
+    reward: Literal["verdict", "checks"] = "verdict"
+    """GRPO: what an episode earns. ``verdict``: 1 when the verifier passes it, else 0. ``checks``: a pass still 1,
+    a failure 0.5 x the share of the verifier's checks it met (0 after a procedure violation or a verifier error),
+    so a group whose attempts all fail still varies where they met different checks (:func:`trainers.grpo.
+    episode_reward`)."""
     rft_samples: int = Field(4, ge=1, le=64)
     """RFT: episodes sampled per training case from the --init-adapter policy (k); the verifier-passed ones,
     deduplicated, are the rows RFT trains on."""

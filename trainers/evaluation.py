@@ -127,10 +127,12 @@ def policy_format(policy: Any) -> ToolFormat:
 class _Run:
     """One episode in progress: its conversation, its isolated state, and what the model did so far."""
 
-    def __init__(self, key: int, case: KitCase, runtime: WorldRuntime, max_turns: int, fmt: ToolFormat) -> None:
+    def __init__(self, key: int, case: KitCase, runtime: WorldRuntime, max_turns: int, fmt: ToolFormat,
+                 credit: bool = False) -> None:
         if case.prompt is None:
             raise ValueError(f"case {case.case_id} has no prompt (only held-out and RL cases carry one)")
         self.key, self.case, self.runtime, self.max_turns, self.fmt = key, case, runtime, max_turns, fmt
+        self.credit = credit
         self.conversation = Conversation.resume(case.prompt.messages)
         self.tools = case.prompt.tools
         self.parse_failures, self.turns = 0, 0
@@ -168,7 +170,7 @@ class _Run:
     def finish(self) -> EpisodeResult:
         """The verifier's verdict on the episode; its changes to the state are rolled back."""
         with self.stack:
-            verdict = judge(self.case.task, self.episode, self.answer)
+            verdict = judge(self.case.task, self.episode, self.answer, credit=self.credit)
             trace = tuple(self.episode.trace)
         case = self.case
         return EpisodeResult(case.case_id, case.template, case_kind(case.task, self.runtime.world), verdict,
@@ -177,13 +179,14 @@ class _Run:
 
 
 def run_episodes(policy: TurnPolicy | Generate, runtime: WorldRuntime, cases: Sequence[KitCase], max_turns: int,
-                 progress: Callable[[int, int], None] | None = None) -> list[EpisodeResult]:
+                 progress: Callable[[int, int], None] | None = None, *, credit: bool = False) -> list[EpisodeResult]:
     """Run every case on an isolated copy of the seed, up to ``policy.slots`` at a time; results in case order.
 
     Each round asks the policy for the next turn of every episode in progress (in case order); a finished
     episode's slot goes to the next case. Episodes side by side run on forks of ``runtime``. A policy given as
     a plain ``(messages, tools) -> text`` function runs one episode at a time. ``progress(index, total)`` is
-    called as each case starts. Each turn is parsed in the policy's tool format (:func:`policy_format`). Raises
+    called as each case starts. Each turn is parsed in the policy's tool format (:func:`policy_format`). With
+    ``credit`` each verdict carries the share of its checks that pass (:func:`world_format.judge.judge`). Raises
     ValueError for a case without a prompt.
     """
     fmt = policy_format(policy)
@@ -201,7 +204,7 @@ def run_episodes(policy: TurnPolicy | Generate, runtime: WorldRuntime, cases: Se
                 key, case = queue.popleft()
                 if progress:
                     progress(key, len(cases))
-                live[key] = _Run(key, case, free.pop(0), max_turns, fmt)
+                live[key] = _Run(key, case, free.pop(0), max_turns, fmt, credit)
             order = sorted(live)
             texts = turn_policy.next_turns([live[key].request() for key in order])
             for key, text in zip(order, texts, strict=True):

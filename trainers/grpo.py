@@ -13,7 +13,9 @@ is small, seeded and on-policy:
   validate against the declared JSON Schemas, execute, feed the observation back as a tool
   message, stop at a final answer or the turn cap), all of the step's episodes decoded together;
 * reward = 1 if VCode passes the episode, else 0 (a verifier *error* is counted, never rewarded);
-  no shaping terms;
+  no shaping terms by default. ``--reward checks`` gives a failed episode :data:`CHECK_CREDIT` times the share of
+  its verifier's checks that pass (:func:`episode_reward`), so a group that fails every attempt still varies
+  where its attempts met different checks; a pass still earns 1, more than any failure;
 * advantage = reward - group mean (mean-centred, not divided by the group std, as in the Tinker
   cookbook / Dr. GRPO; with two attempts the std only rescales the step);
 * loss = -sum(advantage * log p(token)) over the tokens the model generated, divided by the
@@ -38,10 +40,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from world_format.canonical import atomic_write_text, canonical_json
 from world_format.kit import Kit, KitCase, Prompt
+from world_format.vcode import Verdict
 
 from .budget import Budget, Log
 from .config import TrainConfig
@@ -58,6 +61,11 @@ from .turns import TurnPolicy, TurnRequest
 
 MAX_GRAD_NORM = 1.0
 """Gradient clipping of every GRPO update, on every target."""
+
+CHECK_CREDIT = 0.5
+"""Under ``--reward checks``, the most a failed episode earns (all but one of its checks met): half a pass."""
+
+RewardKind = Literal["verdict", "checks"]
 
 
 class Policy(TurnPolicy, Protocol):
@@ -206,21 +214,33 @@ def assert_same_tools(rows: list[dict[str, Any]], cases: list[KitCase]) -> None:
             raise TrainerError(f"case {case.case_id}: its tool schemas differ from those in the SFT rows")
 
 
-def rollouts(policy: Policy, runtime: Any, cases: Sequence[KitCase], max_turns: int) -> list[Rollout]:
-    """Run one episode per case (decoded together, each on an isolated copy of the seed) and score each:
-    reward 1 iff VCode passes. A verifier error is recorded on the rollout and rewarded 0, never 1."""
-    episodes = run_episodes(policy, runtime, cases, max_turns)
+def rollouts(policy: Policy, runtime: Any, cases: Sequence[KitCase], max_turns: int,
+             reward: RewardKind = "verdict") -> list[Rollout]:
+    """Run one episode per case (decoded together, each on an isolated copy of the seed) and score each with
+    :func:`episode_reward`. A verifier error is recorded on the rollout and rewarded 0, never 1."""
+    episodes = run_episodes(policy, runtime, cases, max_turns, credit=reward == "checks")
     out = []
     for key, (case, episode) in enumerate(zip(cases, episodes, strict=True)):
         error = episode.verdict.outcome == "error"
-        out.append(Rollout(case.case_id, list(policy.decoded.get(key, [])), episode, 1.0 if episode.passed else 0.0,
-                           error))
+        out.append(Rollout(case.case_id, list(policy.decoded.get(key, [])), episode,
+                           episode_reward(episode.verdict, reward), error))
     return out
 
 
-def rollout(policy: Policy, runtime: Any, case: KitCase, max_turns: int) -> Rollout:
+def episode_reward(verdict: Verdict, reward: RewardKind) -> float:
+    """1.0 for a pass. A failure earns 0.0 under ``verdict``, and :data:`CHECK_CREDIT` x the share of the
+    verifier's checks that pass under ``checks`` (:attr:`~world_format.vcode.Verdict.credit`: 0 after a procedure
+    violation), so below 0.5 and never a pass's 1. A verifier error earns 0.0 either way."""
+    if verdict.passed:
+        return 1.0
+    if reward == "checks" and verdict.outcome == "fail" and verdict.credit is not None:
+        return CHECK_CREDIT * verdict.credit
+    return 0.0
+
+
+def rollout(policy: Policy, runtime: Any, case: KitCase, max_turns: int, reward: RewardKind = "verdict") -> Rollout:
     """One episode of ``case``, scored (:func:`rollouts`)."""
-    return rollouts(policy, runtime, [case], max_turns)[0]
+    return rollouts(policy, runtime, [case], max_turns, reward)[0]
 
 
 def advantages(rewards: list[float], group_size: int) -> list[float]:
@@ -262,11 +282,14 @@ class RolloutFigures:
     verifier_error: bool
     model_calls: int
     """Turns the model generated."""
+    passed: bool = False
+    """Whether the verifier passed the episode (under ``--reward checks`` the reward alone does not say)."""
 
 
 def rollout_figures(indices: Sequence[int], group: Sequence[Rollout]) -> list[RolloutFigures]:
     """The figures of ``group``, the episodes at ``indices`` of the step."""
-    return [RolloutFigures(i, r.reward, r.episode.parse_failures, r.episode.turns, r.verifier_error, len(r.turns))
+    return [RolloutFigures(i, r.reward, r.episode.parse_failures, r.episode.turns, r.verifier_error, len(r.turns),
+                           r.episode.passed)
             for i, r in zip(indices, group, strict=True)]
 
 
@@ -276,6 +299,7 @@ def _step_record(step: int, figures: list[RolloutFigures], group_size: int, upda
     groups = len(range(0, len(rewards), group_size))
     return {
         "step": step, "episodes": len(figures), "reward_mean": round(sum(rewards) / len(rewards), 4),
+        "pass_rate": round(sum(r.passed for r in figures) / len(figures), 4),
         "zero_variance_groups": round(tied_groups(rewards, group_size) / groups, 4),
         "tool_call_parse_failures": sum(r.parse_failures for r in figures),
         "episode_turns_mean": round(sum(r.turns for r in figures) / len(figures), 3),
@@ -309,13 +333,15 @@ def tied_groups(rewards: Sequence[float], group_size: int) -> int:
 
 
 def draw_groups(sampler: Policy, runtime: Any, cases: Sequence[KitCase], order: random.Random, *, prompts: int,
-                group_size: int, turn_cap: int, resample_rounds: int, world: World) -> StepDraw:
+                group_size: int, turn_cap: int, resample_rounds: int, world: World,
+                reward: RewardKind = "verdict") -> StepDraw:
     """Draw ``prompts`` training prompts (seeded ``order``) and roll out ``group_size`` episodes of each; then, for
     up to ``resample_rounds`` rounds, one fresh prompt (not drawn yet this step) for every group of the last round
     whose rewards tied, rolled out the same way. Tied groups stay in the step with zero advantage, so the update
     covers the groups that varied: at most ``prompts`` of them. Every rank draws the same prompts and gathers every
     rank's figures before deciding a round, so all ranks run the same rounds. A step makes at most
-    ``prompts x group_size x turn_cap x (1 + resample_rounds)`` model calls (:func:`step_model_calls`)."""
+    ``prompts x group_size x turn_cap x (1 + resample_rounds)`` model calls (:func:`step_model_calls`). Episodes
+    are scored by ``reward`` (:func:`episode_reward`)."""
     batch = order.sample(list(cases), min(prompts, len(cases)))
     drawn, rounds = list(batch), 0
     mine: list[int] = []
@@ -325,7 +351,7 @@ def draw_groups(sampler: Policy, runtime: Any, cases: Sequence[KitCase], order: 
         episodes = [case for case in batch for _ in range(group_size)]
         offset = len(figures)
         local = list(range(world.rank, len(episodes), world.size))
-        group = rollouts(sampler, runtime, [episodes[i] for i in local], turn_cap)
+        group = rollouts(sampler, runtime, [episodes[i] for i in local], turn_cap, reward)
         indices = [offset + i for i in local]
         mine.extend(indices)
         mine_rollouts.extend(group)
@@ -385,7 +411,7 @@ class GRPOTrainer:
         config, started = self.config, time.monotonic()
         drawn = draw_groups(sampler, runtime, self.cases, order, prompts=max(1, config.batch_size // config.group_size),
                             group_size=config.group_size, turn_cap=config.turn_cap,
-                            resample_rounds=config.resample_rounds, world=World.from_env())
+                            resample_rounds=config.resample_rounds, world=World.from_env(), reward=config.reward)
         weights = advantages([f.reward for f in drawn.figures], config.group_size)
         update = self.backend.update(drawn.rollouts, [weights[i] for i in drawn.mine]) if any(weights) else None
         record = _step_record(step, drawn.figures, config.group_size, update, time.monotonic() - started)
@@ -412,7 +438,8 @@ class GRPOTrainer:
                     atomic_write_text(config.out / "rl_steps.jsonl",
                                       "".join(canonical_json(s) + "\n" for s in self.steps))
                 kl = "" if record["kl"] is None else f", KL {record['kl']:.4f}"
-                log(f"GRPO step {step}/{config.steps}: reward {record['reward_mean']:.2f}, zero-variance groups "
+                log(f"GRPO step {step}/{config.steps}: reward {record['reward_mean']:.2f} (passed "
+                    f"{record['pass_rate']:.2f}), zero-variance groups "
                     f"{record['zero_variance_groups']:.2f}, update {'yes' if record['optimizer_update'] else 'no'}, "
                     f"{record['model_calls']} model calls{kl}")
         finally:
@@ -448,7 +475,8 @@ class GRPOTrainer:
             eval_model_calls=start.model_calls + end.model_calls, active_seconds=fit.details["active_seconds"],
             zero_variance_group_fraction=fit.details["zero_variance_group_fraction"],
             reward_history=list(fit.history), kit_sha256=self.kit.sha256, group_size=config.group_size,
-            shaping=None)
+            shaping=None if config.reward == "verdict" else f"checks: failed episodes earn {CHECK_CREDIT} x the "
+                                                             "share of their checks met")
 
 
 def _constrain(sampler: Any, decoding: str, world: Any) -> None:

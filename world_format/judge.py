@@ -24,14 +24,16 @@ def violations(episode: Episode, answer: str | None, request: str = "") -> list[
     return checker.violations(episode_events(episode, answer, request), seed_lookup(episode.runtime))
 
 
-def judge(task: Task, episode: Episode, answer: str | None) -> Verdict:
+def judge(task: Task, episode: Episode, answer: str | None, *, credit: bool = False) -> Verdict:
     """The task's VCode verdict on the episode, failed with ``procedure: KIND: detail`` on its first procedure
-    violation (a verifier error stays an error: the case cannot be judged)."""
-    verdict = evaluate(task.vcode, episode, answer, task.answer)
+    violation (a verifier error stays an error: the case cannot be judged). With ``credit`` the verdict carries the
+    share of the verifier's checks that pass (:func:`~world_format.vcode.evaluate`), 0.0 after a procedure
+    violation: a policy break earns nothing for the checks it met."""
+    verdict = evaluate(task.vcode, episode, answer, task.answer, credit=credit)
     if verdict.outcome == "error":
         return verdict
     found = violations(episode, answer, task.instruction)
     if found:
         kind, detail = found[0]
-        return Verdict("fail", f"procedure: {kind}: {detail}", verdict.checks)
+        return Verdict("fail", f"procedure: {kind}: {detail}", verdict.checks, 0.0 if credit else None)
     return verdict

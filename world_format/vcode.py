@@ -47,6 +47,11 @@ class Verdict:
     outcome: Outcome
     reason: str = ""
     checks: tuple[str, ...] = field(default=())
+    """The kinds of the checks that passed before the first non-pass, in order."""
+    credit: float | None = None
+    """With ``evaluate(..., credit=True)``: the share of the program's captures and checks that pass when each is
+    evaluated on its own (0.0 to 1.0, 4 decimals; a check that fails or cannot run counts as not passing); None
+    otherwise. It never changes the outcome: only ``pass`` means the task was done."""
 
     @property
     def passed(self) -> bool:
@@ -55,7 +60,10 @@ class Verdict:
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON form."""
-        return {"outcome": self.outcome, "reason": self.reason, "checks": list(self.checks)}
+        plain: dict[str, Any] = {"outcome": self.outcome, "reason": self.reason, "checks": list(self.checks)}
+        if self.credit is not None:
+            plain["credit"] = self.credit
+        return plain
 
 
 class _Fail(Exception):
@@ -334,19 +342,35 @@ _CHECKS: dict[str, Any] = {
 }
 
 
-def evaluate(vcode: VCode, episode: Episode, answer: str | None, answer_key: str | None = None) -> Verdict:
-    """Evaluate ``vcode`` against an episode (its trace and current state) and a final answer."""
-    ctx = _Context(episode, answer, answer_key)
-    passed: list[str] = []
-    try:
-        for capture in vcode.captures:
-            _capture(ctx, capture)
-        for check in vcode.checks:
-            _CHECKS[check.kind](ctx, check)
-            passed.append(check.kind)
-    except _Fail as failure:
-        return Verdict("fail", str(failure), tuple(passed))
-    except (VCodeError, KeyError, TypeError, ValueError) as exc:
-        return Verdict("error", f"verifier error: {exc}", tuple(passed))
-    return Verdict("pass", "", tuple(passed))
+def evaluate(vcode: VCode, episode: Episode, answer: str | None, answer_key: str | None = None, *,
+             credit: bool = False) -> Verdict:
+    """Evaluate ``vcode`` against an episode (its trace and current state) and a final answer.
 
+    Captures, then checks, in order; the first that does not pass decides the verdict (``fail``, or ``error`` when
+    it cannot run) and, by default, ends the evaluation. With ``credit`` every capture and check is evaluated on its
+    own and :attr:`Verdict.credit` is the share that passed (a check that reads a capture which failed counts as
+    not passing); the outcome, reason and ``checks`` are the same either way. Checks only read the episode.
+    """
+    ctx = _Context(episode, answer, answer_key)
+    steps: list[tuple[str | None, Any, Any]] = [(None, _capture, capture) for capture in vcode.captures]
+    steps += [(check.kind, _CHECKS[check.kind], check) for check in vcode.checks]
+    first: tuple[Outcome, str] | None = None
+    passed: list[str] = []
+    count = 0
+    for kind, run, item in steps:
+        try:
+            run(ctx, item)
+        except _Fail as failure:
+            first = first or ("fail", str(failure))
+        except (VCodeError, KeyError, TypeError, ValueError) as exc:
+            first = first or ("error", f"verifier error: {exc}")
+        else:
+            count += 1
+            if first is None and kind is not None:
+                passed.append(kind)
+            continue
+        if not credit:
+            break
+    share = round(count / len(steps), 4) if credit else None
+    outcome, reason = first or ("pass", "")
+    return Verdict(outcome, reason, tuple(passed), share)
