@@ -1,10 +1,12 @@
-"""Free against constrained decoding of tool calls, on the same held-out cases of one export (issue 29 lever 4).
+"""Decodings against each other on the same held-out cases of one export (issue 29 lever 4): free, constrained
+tool calls, grounded answers.
 
 Loads an export (``blobkit train``'s ``OUT/export``) fresh, runs its greedy episodes on the first ``--limit``
-held-out cases of the kit twice, ``--decoding free`` then ``constrained`` (:mod:`trainers.constrained`), and
-prints both pass rates with their intervals, the paired comparison (:mod:`trainers.paired`: discordant cases, the
-95 % paired bootstrap interval, McNemar's exact p), the tool-call parse failures, the failure reasons counted by
-kind and each pass's seconds. Same model, same cases, one run.
+held-out cases of the kit once per decoding of ``--order`` (default ``free,constrained``; ``grounded`` too, see
+:mod:`trainers.constrained`), and prints each pass rate with its interval, the paired comparison of every later
+decoding with the first (:mod:`trainers.paired`: discordant cases, the 95 % paired bootstrap interval, McNemar's
+exact p), the tool-call parse failures, the failure reasons counted by kind and each pass's seconds. Same model,
+same cases, one run.
 
 Run::
 
@@ -65,12 +67,12 @@ def main() -> None:
         reasons = Counter(_kind(r.verdict.reason) for r in summary.distinct() if not r.passed)
         for reason, count in reasons.most_common(6):
             print(f"{'':>13}{count:>4} x {reason}")
-    if not {"free", "constrained"} <= set(summaries):
-        return
-    paired = compare(summaries["free"].outcomes(), summaries["constrained"].outcomes(), earlier_name="free",
-                     later_name="constrained")
-    print(paired.text())
-    print(f"discordant: {paired.only_later} pass only constrained, {paired.only_earlier} pass only free")
+    first, *later = list(summaries)
+    for decoding in later:
+        paired = compare(summaries[first].outcomes(), summaries[decoding].outcomes(), earlier_name=first,
+                         later_name=decoding)
+        print(paired.text())
+        print(f"discordant: {paired.only_later} pass only {decoding}, {paired.only_earlier} pass only {first}")
 
 
 if __name__ == "__main__":

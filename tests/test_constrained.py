@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("llguidance")
 
-from trainers.constrained import ToolCallConstraint, call_schema  # noqa: E402
+from trainers.constrained import NUMBER, ToolCallConstraint, call_schema, conversation_numbers  # noqa: E402
 from trainers.errors import ConfigError  # noqa: E402
 from trainers.evaluation import model_policy, replay_trajectory, run_episodes  # noqa: E402
 from trainers.formats import format_of, get_format  # noqa: E402
@@ -160,6 +160,61 @@ def test_the_grammar_admits_declared_calls_with_valid_arguments_and_conversation
     assert not accepts("A <b> tag\n" + call("get_order", {"order_id": 50124}))
 
 
+def test_the_numbers_a_text_turn_may_write_are_the_conversations_with_two_decimals_where_it_had_fewer() -> None:
+    messages = [{"role": "system", "content": "Today is 2026-11-29."},
+                {"role": "user", "content": "Refund order 50124?"},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"function": {"name": "get_order", "arguments": {"order_id": 50124, "note": "x7"}}}]},
+                {"role": "tool", "content": '{"total": 62.9, "paid": 10, "tax": 3.125}'}]
+    assert conversation_numbers(messages) == sorted({
+        "2026", "2026.00", "11", "11.00", "29", "29.00", "50124", "50124.00", "7", "7.00", "62.9", "62.90", "10",
+        "10.00", "3.125"})
+
+
+def test_grounded_text_turns_write_only_numbers_the_conversation_wrote(retail_kit: Any, tiny: tuple[Any, Any]) -> None:
+    _, tokenizer = tiny
+    keys = key_space(retail_kit.world().world)
+    messages, tools = _conversation(retail_kit)
+    observation = '{"id": 50124, "total": 346.98, "tax": 62.9}'
+    messages = [*messages, {"role": "tool", "name": "get_order", "content": observation}]
+    grounded = ToolCallConstraint(tokenizer, format_of(tokenizer), keys, grounded=True)
+    constrained = ToolCallConstraint(tokenizer, format_of(tokenizer), keys)
+    accepts = lambda text: _accepts(grounded, tokenizer, messages, tools, text)  # noqa: E731
+    for text in ("Your order 50124 has shipped.", "You will get back $346.98.", "Tax was $62.90 and $62.9.",
+                 "Refund 346.98, then order 50123 (ID 7).", "No numbers at all."):
+        assert accepts(text), text
+    for text in ("You will get back $346.97.", "Your order 50125 has shipped.", "Order 5012 is late.",
+                 "It is 346.985.", "Order 50124.5", "Sure. <tool_call>"):
+        assert not accepts(text), text
+        # constrained decoding alone writes any number (the call tag stays refused by both)
+        assert _accepts(constrained, tokenizer, messages, tools, text) is ("<tool_call>" not in text), text
+    call = "<tool_call>\n" + json.dumps({"name": "get_order", "arguments": {"order_id": 50124}}) + "\n</tool_call>"
+    assert accepts(call)  # tool calls are constrained as before, not grounded
+
+
+def test_every_text_turn_of_every_example_kit_writes_only_numbers_its_conversation_wrote(
+        example_kits: dict[str, Path]) -> None:
+    """Grounded decoding can write the kit's own answers and questions, but for one: retail's authored task that sums
+    the customer's delivered orders without the calculator states a number no message wrote (a sum the agent
+    computes in its head), which grounded decoding cannot write."""
+    from world_format.kit import open_kit
+
+    ungrounded = []
+    for name, path in sorted(example_kits.items()):
+        with open_kit(path) as kit:
+            rows = kit.rows()
+        texts = 0
+        for row in rows:
+            for index, message in enumerate(row["messages"]):
+                if message["role"] == "assistant" and not message.get("tool_calls"):
+                    texts += 1
+                    allowed = set(conversation_numbers(row["messages"][:index]))
+                    ungrounded += [(name, n, message["content"]) for n in NUMBER.findall(message["content"])
+                                   if n not in allowed]
+        assert texts, name
+    assert ungrounded == [("retail_desk", "791.95", "Your delivered orders add up to $791.95.")]
+
+
 def test_formats_that_do_not_write_tool_call_json_blocks_are_refused(tiny: tuple[Any, Any]) -> None:
     _, tokenizer = tiny
     with pytest.raises(ConfigError, match="--decoding free"):
@@ -204,14 +259,15 @@ def test_random_walks_through_the_grammar_are_calls_the_world_accepts(retail_kit
     assert finished >= 6
 
 
+@pytest.mark.parametrize("decoding", ["constrained", "grounded"])
 def test_constrained_episodes_are_judged_as_the_free_scoring_path_judges_their_messages(
-        retail_kit: Any, tiny: tuple[Any, Any]) -> None:
+        retail_kit: Any, tiny: tuple[Any, Any], decoding: str) -> None:
     model, tokenizer = tiny
     loaded = retail_kit.world()
     cases = retail_kit.cases("eval")[:3]
     runtime = loaded.runtime()
     try:
-        policy = model_policy(model, tokenizer, 24, 3, decoding="constrained", world=loaded.world)
+        policy = model_policy(model, tokenizer, 24, 3, decoding=decoding, world=loaded.world)
         episodes = run_episodes(policy, runtime, cases, 2)
         for case, episode in zip(cases, episodes, strict=True):
             replayed = replay_trajectory(runtime, case, episode.messages, max_turns=2)

@@ -138,10 +138,11 @@ class TrainConfig(BaseModel):
     it off; 3 is the issue's pass^3."""
     pass_k_temperature: float = Field(0.7, gt=0)
     """Sampling temperature of the pass^k attempts."""
-    decoding: Literal["free", "constrained"] = "free"
+    decoding: Literal["free", "constrained", "grounded"] = "free"
     """How tool calls are decoded in held-out evaluation, GRPO rollouts, pass^k and replay: free, or constrained
     to the declared tools, their argument schemas and, for arguments that name a row, values the conversation holds
-    (:mod:`trainers.constrained`; hermes-style formats). Recorded in every result; the verifier is the same."""
+    (:mod:`trainers.constrained`; hermes-style formats), or grounded: constrained, and every number a text turn
+    writes is one the conversation wrote. Recorded in every result; the verifier is the same."""
     eval_limit: int | None = Field(None, ge=1)
     """Evaluate at most this many held-out cases (default: all)."""
     init_adapter: Path | None = None

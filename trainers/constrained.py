@@ -17,6 +17,12 @@ triton and apache-tvm-ffi, and outlines was not tried). The grammar of one turn 
   ``list_orders`` listed, never the customer id ``find_customer_by_email`` answered); a tool whose required
   row-naming argument has no such value yet cannot be called in this turn.
 
+``--decoding grounded`` is all of that, and a text turn (an answer, a question to the customer) writes only numbers
+the conversation so far wrote (:func:`conversation_numbers`): every maximal run of digits with its decimal part is
+one of them, so an amount, an order number or a count is copied from the customer's words, the system prompt or an
+observation, never made up or miscopied by a digit (a kit's own answers state numbers its conversations wrote:
+a test checks the example kits').
+
 Only the model's choice of tokens changes: the text is parsed, validated against the declared schemas, executed
 and judged exactly as a free turn is (tests/test_constrained.py replays constrained episodes through the free
 scoring path and gets the same verdicts). The hermes-style formats (``blobkit``, ``hermes``) are supported; another
@@ -36,7 +42,7 @@ from .errors import ConfigError
 from .formats import ToolFormat
 from .formats.hermes import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 
-Decoding = Literal["free", "constrained"]
+Decoding = Literal["free", "constrained", "grounded"]
 SUPPORTED_FORMATS = ("blobkit", "hermes")
 """Formats whose calls are ``<tool_call>`` blocks of JSON, which the grammar writes."""
 
@@ -112,13 +118,17 @@ def call_schema(tools: Sequence[Mapping[str, Any]], keys: KeySpace,
 
 
 def turn_grammar(tools: Sequence[Mapping[str, Any]], keys: KeySpace,
-                 messages: Sequence[Mapping[str, Any]], tags: tuple[str, str] | None = None) -> str:
+                 messages: Sequence[Mapping[str, Any]], tags: tuple[str, str] | None = None,
+                 grounded: bool = False) -> str:
     """The Lark grammar (llguidance's dialect) of one assistant turn after ``messages`` (module docstring).
 
     ``tags``: how the grammar writes ``<tool_call>`` and ``</tool_call>`` (:func:`_tag`: the token itself where the
-    tokenizer holds it as one, else the text)."""
+    tokenizer holds it as one, else the text). ``grounded``: a text turn's numbers are the conversation's
+    (:func:`grounded_text`)."""
     schema = call_schema(tools, keys, messages)
     text = f"TEXT: /(?s:.+)/ & ~/(?s:.*{re.escape(TOOL_CALL_OPEN)}.*)/"
+    if grounded:
+        text += f" & /{grounded_text(conversation_numbers(messages))}/"
     if schema is None:
         return "\n".join(["start: TEXT", text, ""])
     open_tag, close_tag = tags or (json.dumps(TOOL_CALL_OPEN), json.dumps(TOOL_CALL_CLOSE))
@@ -132,6 +142,66 @@ def turn_grammar(tools: Sequence[Mapping[str, Any]], keys: KeySpace,
         lines[3] = "first: call | lead_call"
         lines += [f'lead_call: LEAD_OPEN "\\n" args "\\n" {close_tag}', f"LEAD_OPEN: /{lead}/"]
     return "\n".join([*lines, ""])
+
+
+NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+"""A number as text turns write and ground them: a run of digits with an optional decimal part."""
+
+
+def _list_lengths(value: Any) -> list[int]:
+    """The length of every list in a JSON value (a listing's count of items), depth first."""
+    if isinstance(value, list):
+        return [len(value), *(n for item in value for n in _list_lengths(item))]
+    if isinstance(value, dict):
+        return [n for item in value.values() for n in _list_lengths(item)]
+    return []
+
+
+COUNTED_ITEMS = 100
+"""Lists up to this long give every count from 0 to their length (how many of the listed loans are overdue); a longer
+one gives its length alone."""
+
+
+def _observed_counts(message: Mapping[str, Any]) -> list[str]:
+    """The counts a tool message's JSON lists allow, as text: 0 to the length of each list of at most
+    :data:`COUNTED_ITEMS` items (some of the items counted), the length of a longer one; none when the content is not
+    JSON."""
+    if message.get("role") != "tool" or not isinstance(message.get("content"), str):
+        return []
+    try:
+        lengths = _list_lengths(json.loads(message["content"]))
+    except ValueError:
+        return []
+    counts = {n for length in lengths for n in (range(length + 1) if length <= COUNTED_ITEMS else (length,))}
+    return [str(n) for n in sorted(counts)]
+
+
+def conversation_numbers(messages: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Every number (:data:`NUMBER`) the messages write, in their contents and tool-call arguments, and the counts
+    of the items of every list an observation showed (:func:`_observed_counts`: of the loans listed, how many are
+    overdue), sorted; one with
+    fewer than two decimals also with two (62.9 as 62.90, 10 as 10.00: an observation's JSON drops an amount's
+    trailing zeros, and a policy may ask for two decimals)."""
+    found: set[str] = set()
+    for message in messages:
+        texts = [message.get("content") or "", *_observed_counts(message)]
+        texts += [json.dumps((call.get("function") or {}).get("arguments"), ensure_ascii=False)
+                  for call in message.get("tool_calls") or []]
+        for text in texts:
+            for number in NUMBER.findall(text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)):
+                whole, _, decimals = number.partition(".")
+                found.update({number, f"{whole}.{decimals.ljust(2, '0')}"} if len(decimals) < 2 else {number})
+    return sorted(found)
+
+
+def grounded_text(numbers: Sequence[str]) -> str:
+    """A regular expression (llguidance's dialect) of text whose every number (:data:`NUMBER`, maximal) is one of
+    ``numbers``: a number is followed by the end, a character that is no digit and no point, or a point and a
+    character that is no digit."""
+    if not numbers:
+        return "(?s:[^0-9]*)"
+    number = "(?:" + "|".join(re.escape(n) for n in numbers) + ")"
+    return f"(?s:(?:[^0-9]|{number}(?:[^0-9.]|\\.[^0-9]))*(?:{number}\\.?)?)"
 
 
 def _tag(tokenizer: Any, tag: str) -> str:
@@ -199,9 +269,10 @@ class TurnMatcher:
 
 class ToolCallConstraint:
     """Builds each turn's :class:`TurnMatcher` for one tokenizer and tool format (and the world's row-naming
-    parameters, :func:`world_format.evidence.key_space`)."""
+    parameters, :func:`world_format.evidence.key_space`); ``grounded``: text turns write the conversation's numbers
+    only."""
 
-    def __init__(self, tokenizer: Any, fmt: ToolFormat, keys: KeySpace) -> None:
+    def __init__(self, tokenizer: Any, fmt: ToolFormat, keys: KeySpace, grounded: bool = False) -> None:
         if fmt.name not in SUPPORTED_FORMATS:
             raise ConfigError(f"--decoding constrained writes <tool_call> JSON blocks ({', '.join(SUPPORTED_FORMATS)}"
                               f" formats); this base uses the {fmt.name} format: use --decoding free")
@@ -210,13 +281,14 @@ class ToolCallConstraint:
             import llguidance.hf
         except ImportError:
             raise ConfigError("--decoding constrained needs llguidance: pip install llguidance") from None
-        self.llguidance, self.keys = llguidance, keys
+        self.llguidance, self.keys, self.grounded = llguidance, keys, grounded
         self.tokenizer = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_ByteTokens(tokenizer)))
         self.tags = (_tag(tokenizer, TOOL_CALL_OPEN), _tag(tokenizer, TOOL_CALL_CLOSE))
 
     def matcher(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> TurnMatcher:
         """The matcher of the next assistant turn after ``messages`` with ``tools`` declared."""
-        grammar = self.llguidance.LLMatcher.grammar_from_lark(turn_grammar(tools, self.keys, messages, self.tags))
+        grammar = self.llguidance.LLMatcher.grammar_from_lark(turn_grammar(tools, self.keys, messages, self.tags,
+                                                                           self.grounded))
         matcher = self.llguidance.LLMatcher(self.tokenizer, grammar, log_level=0)
         if matcher.is_error():
             raise ConfigError(f"the constrained grammar of this turn does not compile: {matcher.get_error()}")

@@ -309,8 +309,9 @@ def model_policy(model: Any, tokenizer: Any, max_new_tokens: int, slots: int = D
                  decoding: str = "free", world: World | None = None) -> ModelTurns:
     """The greedy policy over a loaded model: ``slots`` episodes decoded together, a KV cache kept per episode
     across its turns and the shared prefix prefilled once (:mod:`trainers.episode_decode`), in the tool format
-    its tokenizer carries (:func:`trainers.formats.format_of`). ``decoding`` "constrained" masks each turn to the
-    grammar of :mod:`trainers.constrained` (``world`` says which parameters name rows; ConfigError without it)."""
+    its tokenizer carries (:func:`trainers.formats.format_of`). ``decoding`` "constrained" or "grounded" masks each
+    turn to the grammar of :mod:`trainers.constrained` (``world`` says which parameters name rows; ConfigError
+    without it)."""
     fmt = format_of(tokenizer)
     return ModelTurns(model, tokenizer, max_new_tokens, slots=slots, tool_format=fmt,
                       constraint=turn_constraint(decoding, tokenizer, fmt, world))
@@ -323,10 +324,10 @@ def turn_constraint(decoding: str, tokenizer: Any, fmt: ToolFormat, world: World
     from .constrained import ToolCallConstraint
     from .errors import ConfigError
 
-    if decoding != "constrained" or world is None:
-        raise ConfigError(f"decoding {decoding!r} needs 'free', or 'constrained' with the world whose tools it "
-                          "constrains")
-    return ToolCallConstraint(tokenizer, fmt, key_space(world))
+    if decoding not in ("constrained", "grounded") or world is None:
+        raise ConfigError(f"decoding {decoding!r} needs 'free', or 'constrained' or 'grounded' with the world whose "
+                          "tools it constrains")
+    return ToolCallConstraint(tokenizer, fmt, key_space(world), grounded=decoding == "grounded")
 
 
 @dataclass(frozen=True)

@@ -60,8 +60,8 @@ def evaluate(kit: Path = typer.Option(..., "--kit", help="Kit directory or archi
              allow_partial: bool = typer.Option(False, "--allow-partial",
                                                 help="Accept a file that does not cover every held-out case."),
              max_turns: int | None = typer.Option(None, "--max-turns", help="Read at most this many assistant turns."),
-             decoding: str | None = typer.Option(None, "--decoding", help="With --model: free or constrained tool "
-                                                 "calls (default: the export's own)."),
+             decoding: str | None = typer.Option(None, "--decoding", help="With --model: free, constrained or "
+                                                 "grounded decoding (default: the export's own)."),
              show: int = typer.Option(10, "--show", min=0, help="Print at most N failing cases (0: none; --json "
                                       "always has every case)."),
              as_json: bool = typer.Option(False, "--json", help="Print {summary, cases} as JSON.")) -> None:

@@ -220,8 +220,8 @@ def replay(model: Path = typer.Option(..., "--model", help="An export directory.
            harness: str | None = typer.Option(None, "--harness", help="Replay inside an agent harness instead of "
                                                                      "blobkit's loop: codex (the Codex CLI on PATH, "
                                                                      "shadow mode)."),
-           decoding: str | None = typer.Option(None, "--decoding", help="free or constrained tool calls (default: "
-                                               "the export's own)."),
+           decoding: str | None = typer.Option(None, "--decoding", help="free, constrained or grounded decoding "
+                                               "(default: the export's own)."),
            as_json: bool = typer.Option(False, "--json", help="Print the episode as JSON.")) -> None:
     """Load an exported model fresh and replay one held-out workflow; exit 1 when its verifier fails it.
 

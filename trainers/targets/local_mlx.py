@@ -41,9 +41,10 @@ class LocalMLX(LocalTarget):
                     "(packed rows share no prefix) or --shared-prefix, or use --target local-torch")
         if config.decision_weight != 1 and config.method == "sft":
             return "--decision-weight weighs torch's SFT loss: use --target local-torch"
-        if config.decoding == "constrained" and config.method == "grpo":
-            return ("--decoding constrained masks torch logits; GRPO on local-mlx samples with mlx: use --decoding "
-                    "free there (its evaluations can still be constrained with blobkit eval --model --decoding)")
+        if config.decoding != "free" and config.method == "grpo":
+            return (f"--decoding {config.decoding} masks torch logits; GRPO on local-mlx samples with mlx: use "
+                    "--decoding free there (its evaluations can still be constrained with blobkit eval --model "
+                    "--decoding)")
         if config.kl_coef and config.method == "grpo":
             return "--kl-coef scores tokens under the start policy in torch: use --target local-torch"
         if config.full:
