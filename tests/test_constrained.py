@@ -190,6 +190,26 @@ def test_grounded_text_turns_write_only_numbers_the_conversation_wrote(retail_ki
         assert _accepts(constrained, tokenizer, messages, tools, text) is ("<tool_call>" not in text), text
     call = "<tool_call>\n" + json.dumps({"name": "get_order", "arguments": {"order_id": 50124}}) + "\n</tool_call>"
     assert accepts(call)  # tool calls are constrained as before, not grounded
+    assert accepts("Looking up order 50124.\n" + call) and not accepts("Looking up order 50125.\n" + call)
+
+
+def test_the_grounded_mask_leaves_only_digits_that_continue_a_conversation_number(
+        retail_kit: Any, tiny: tuple[Any, Any]) -> None:
+    """The mask, not only the end of the turn, refuses a miscopied digit: while a text turn could still become the
+    line before a call, its numbers are grounded too."""
+    import torch
+
+    _, tokenizer = tiny
+    messages, tools = _conversation(retail_kit)
+    messages = [*messages, {"role": "tool", "name": "get_order", "content": '{"id": 50124, "total": 346.98}'}]
+    turn = ToolCallConstraint(tokenizer, format_of(tokenizer), key_space(retail_kit.world().world),
+                              grounded=True).matcher(messages, tools)
+    for token in tokenizer.encode("You will get back $346.9", add_special_tokens=False):
+        turn.advance(token)
+    logits = torch.zeros(len(tokenizer))
+    turn.mask(logits)
+    allowed = [tokenizer.decode([i]) for i in torch.isfinite(logits).nonzero()[:, 0].tolist()]
+    assert allowed and all(text.startswith("8") for text in allowed), allowed[:10]
 
 
 def test_every_text_turn_of_every_example_kit_writes_only_numbers_its_conversation_wrote(
@@ -206,7 +226,7 @@ def test_every_text_turn_of_every_example_kit_writes_only_numbers_its_conversati
         texts = 0
         for row in rows:
             for index, message in enumerate(row["messages"]):
-                if message["role"] == "assistant" and not message.get("tool_calls"):
+                if message["role"] == "assistant" and message.get("content"):  # answers, questions, say lines
                     texts += 1
                     allowed = set(conversation_numbers(row["messages"][:index]))
                     ungrounded += [(name, n, message["content"]) for n in NUMBER.findall(message["content"])

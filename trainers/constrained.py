@@ -17,8 +17,8 @@ triton and apache-tvm-ffi, and outlines was not tried). The grammar of one turn 
   ``list_orders`` listed, never the customer id ``find_customer_by_email`` answered); a tool whose required
   row-naming argument has no such value yet cannot be called in this turn.
 
-``--decoding grounded`` is all of that, and a text turn (an answer, a question to the customer) writes only numbers
-the conversation so far wrote (:func:`conversation_numbers`): every maximal run of digits with its decimal part is
+``--decoding grounded`` is all of that, and a text turn (an answer, a question to the customer) and the line before
+a call write only numbers the conversation so far wrote (:func:`conversation_numbers`): every maximal run of digits with its decimal part is
 one of them, so an amount, an order number or a count is copied from the customer's words, the system prompt or an
 observation, never made up or miscopied by a digit (a kit's own answers state numbers its conversations wrote:
 a test checks the example kits').
@@ -123,12 +123,12 @@ def turn_grammar(tools: Sequence[Mapping[str, Any]], keys: KeySpace,
     """The Lark grammar (llguidance's dialect) of one assistant turn after ``messages`` (module docstring).
 
     ``tags``: how the grammar writes ``<tool_call>`` and ``</tool_call>`` (:func:`_tag`: the token itself where the
-    tokenizer holds it as one, else the text). ``grounded``: a text turn's numbers are the conversation's
-    (:func:`grounded_text`)."""
+    tokenizer holds it as one, else the text). ``grounded``: the numbers of a text turn, and of the line before a
+    call, are the conversation's (:func:`grounded_text`)."""
     schema = call_schema(tools, keys, messages)
     text = f"TEXT: /(?s:.+)/ & ~/(?s:.*{re.escape(TOOL_CALL_OPEN)}.*)/"
-    if grounded:
-        text += f" & /{grounded_text(conversation_numbers(messages))}/"
+    numbers = f" & /{grounded_text(conversation_numbers(messages))}/" if grounded else ""
+    text += numbers
     if schema is None:
         return "\n".join(["start: TEXT", text, ""])
     open_tag, close_tag = tags or (json.dumps(TOOL_CALL_OPEN), json.dumps(TOOL_CALL_CLOSE))
@@ -140,7 +140,7 @@ def turn_grammar(tools: Sequence[Mapping[str, Any]], keys: KeySpace,
         # separate line lexeme would swallow the newline (the lexer is greedy) and the call after it
         lead = f"[^<\\n]+\\n{re.escape(TOOL_CALL_OPEN)}"
         lines[3] = "first: call | lead_call"
-        lines += [f'lead_call: LEAD_OPEN "\\n" args "\\n" {close_tag}', f"LEAD_OPEN: /{lead}/"]
+        lines += [f'lead_call: LEAD_OPEN "\\n" args "\\n" {close_tag}', f"LEAD_OPEN: /{lead}/{numbers}"]
     return "\n".join([*lines, ""])
 
 
