@@ -20,9 +20,9 @@ triton and apache-tvm-ffi, and outlines was not tried). The grammar of one turn 
 ``--decoding grounded`` is all of that, and a text turn (an answer, a question to the customer) and the line before
 a call write only numbers the conversation so far wrote (:func:`conversation_numbers`): every maximal run of digits
 with its decimal part is one of them, so an amount, an order number or a count is copied from the customer's words,
-the system prompt or an observation (or counts a listing's items), never made up or miscopied by a digit. A number the agent must compute with no
-tool to compute it (a sum of some listed amounts) cannot be written; give the world a calculator tool, or decode
-constrained.
+the system prompt or an observation (or counts a listing's items), never made up or miscopied by a digit. A number
+the agent must compute with no tool to compute it (a sum of some listed amounts) cannot be written; give the world a
+calculator tool, or decode constrained.
 
 Only the model's choice of tokens changes: the text is parsed, validated against the declared schemas, executed
 and judged exactly as a free turn is (tests/test_constrained.py replays constrained episodes through the free
