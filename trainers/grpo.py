@@ -63,7 +63,7 @@ MAX_GRAD_NORM = 1.0
 """Gradient clipping of every GRPO update, on every target."""
 
 CHECK_CREDIT = 0.5
-"""Under ``--reward checks``, the most a failed episode earns (all but one of its checks met): half a pass."""
+"""Under ``--reward checks``, a failed episode earns this x the share of its checks met: less than half a pass."""
 
 RewardKind = Literal["verdict", "checks"]
 
