@@ -180,9 +180,8 @@ def _observed_counts(message: Mapping[str, Any]) -> list[str]:
 def conversation_numbers(messages: Sequence[Mapping[str, Any]]) -> list[str]:
     """Every number (:data:`NUMBER`) the messages write, in their contents and tool-call arguments, and the counts
     of the items of every list an observation showed (:func:`_observed_counts`: of the loans listed, how many are
-    overdue), sorted; one with
-    fewer than two decimals also with two (62.9 as 62.90, 10 as 10.00: an observation's JSON drops an amount's
-    trailing zeros, and a policy may ask for two decimals)."""
+    overdue), sorted; one with fewer than two decimals also with two (62.9 as 62.90, 10 as 10.00: an observation's
+    JSON drops an amount's trailing zeros, and a policy may ask for two decimals)."""
     found: set[str] = set()
     for message in messages:
         texts = [message.get("content") or "", *_observed_counts(message)]
