@@ -282,7 +282,7 @@ class RolloutFigures:
     verifier_error: bool
     model_calls: int
     """Turns the model generated."""
-    passed: bool = False
+    passed: bool
     """Whether the verifier passed the episode (under ``--reward checks`` the reward alone does not say)."""
 
 
