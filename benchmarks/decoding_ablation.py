@@ -6,7 +6,8 @@ held-out cases of the kit once per decoding of ``--order`` (default ``free,const
 :mod:`trainers.constrained`), and prints each pass rate with its interval, the paired comparison of every later
 decoding with the first (:mod:`trainers.paired`: discordant cases, the 95 % paired bootstrap interval, McNemar's
 exact p), the tool-call parse failures, the failure reasons counted by kind and each pass's seconds. Same model,
-same cases, one run.
+same cases, one run. Every turn runs under the export's own token cap unless ``--max-new-tokens`` gives one
+(``derived``: the cap a run now derives from the kit's rows, :mod:`trainers.turn_tokens`).
 
 Run::
 
@@ -41,18 +42,29 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--order", default="free,constrained",
                         help="the decodings in the order they run (comma-separated)")
+    parser.add_argument("--max-new-tokens", default=None,
+                        help="token cap of a turn: a number, or 'derived' (from the kit's rows under the export's "
+                             "tokenizer, as a run derives it, trainers/turn_tokens.py); default: the export's own")
     parser.add_argument("--save", type=Path, default=None,
                         help="a directory: each decoding's record and per-case outcomes, written as it finishes")
     args = parser.parse_args()
+    from transformers import AutoTokenizer
+
+    from trainers.config import TrainConfig
     from trainers.paired import compare
-    from trainers.replay import evaluate_export
+    from trainers.replay import evaluate_export, export_token_cap
     from world_format.kit import open_kit
 
     summaries, seconds = {}, {}
     with open_kit(args.kit) as kit:
+        cap = (export_token_cap(TrainConfig(), AutoTokenizer.from_pretrained(args.model), kit)
+               if args.max_new_tokens == "derived" else None if args.max_new_tokens is None
+               else int(args.max_new_tokens))
+        print("token cap of a turn:", cap if cap is not None else "the export's own")
         for decoding in args.order.split(","):
             start = time.perf_counter()
-            summaries[decoding] = evaluate_export(args.model, kit, limit=args.limit, decoding=decoding)
+            summaries[decoding] = evaluate_export(args.model, kit, limit=args.limit, decoding=decoding,
+                                                  max_new_tokens=cap)
             seconds[decoding] = time.perf_counter() - start
             if args.save is not None:
                 args.save.mkdir(parents=True, exist_ok=True)

@@ -51,7 +51,7 @@ def main() -> None:
     subprocess.run([sys.executable, "-m", "blobkit.cli", "tiny-model", "--kit", kit, "--out", str(out / "tiny")],
                    check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     common = ["--world", kit, "--base", str(out / "tiny"), "--target", "local-torch", "--max-length", "2048",
-              "--max-turns", "5", "--max-new-tokens", "64"]
+              "--max-turns", "5"]
     sft = blobkit("train", *common, "--method", "sft", "--full", "--lr", "5e-3", "--batch-size", "8",
                   "--epochs", args.sft_epochs, "--out", str(out / "sft"))
     rl = blobkit("train", *common, "--method", "grpo", "--init-adapter", str(out / "sft" / "export"),

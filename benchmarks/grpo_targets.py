@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--verdict-reward", action="store_true", help="reward by VCode's verdict, not a coin")
     parser.add_argument("--batch-size", type=int, default=8, help="episodes per GRPO step")
     parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help="token cap of a turn (default: derived from the kit's rows)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
     args = parser.parse_args(argv)
     import torch
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
         _cli("tiny-model", "--kit", kit_path, "--out", f"{tmp}/tiny")
         _cli("train", "--world", kit_path, "--base", f"{tmp}/tiny", "--method", "sft", "--target", "local-torch",
              "--full", "--lr", "5e-3", "--batch-size", "8", "--epochs", args.sft_epochs, "--max-length", "2048",
-             "--max-turns", "5", "--max-new-tokens", "64", "--eval-limit", "2", "--out", f"{tmp}/sft", "--json")
+             "--max-turns", "5", "--eval-limit", "2", "--out", f"{tmp}/sft", "--json")
         with open_kit(Path(kit_path)) as kit:
             rows = kit.rows()
             runs: dict[str, dict[str, Any]] = {}
@@ -131,7 +132,8 @@ def main(argv: list[str] | None = None) -> None:
                                      out=Path(tmp, target), init_adapter=Path(tmp, "sft", "export"),
                                      batch_size=args.batch_size, group_size=args.group_size, max_turns=5,
                                      max_new_tokens=args.max_new_tokens, learning_rate=5e-4)
-                trainer = GRPOTrainer(config, kit, rows, plan(config, kit, rows, kit.path("sft.jsonl")))
+                planned = plan(config, kit, rows, kit.path("sft.jsonl"))
+                trainer = GRPOTrainer(planned.config, kit, rows, planned)
                 runs[target] = {"trainer": trainer, "sampler": Counting(trainer.backend.sampler()),
                                 "order": random.Random(config.seed), "runtime": kit.world().runtime(),
                                 "seconds": 0.0, "steps": []}

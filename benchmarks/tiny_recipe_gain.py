@@ -51,7 +51,7 @@ def main() -> None:
     subprocess.run([sys.executable, "-m", "blobkit.cli", "tiny-model", "--kit", kit, "--out", str(out / "tiny")],
                    check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     sft = blobkit("train", "--world", kit, "--base", str(out / "tiny"), "--target", "local-torch",
-                  "--max-turns", "5", "--max-new-tokens", "64", "--max-length", "2048", "--method", "sft",
+                  "--max-turns", "5", "--max-length", "2048", "--method", "sft",
                   "--preset", "tiny", "--out", str(out / "sft"))
     minutes = (time.monotonic() - started) / 60
     print(f"\n{'model':<6}{'held-out pass rate':>20}{'cases':>8}")

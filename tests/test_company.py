@@ -782,8 +782,8 @@ def test_company_train_run_on_an_example_world_with_the_tiny_model(tmp_path: Pat
     store_dir = str(tmp_path / "company-jobs")
     result = CliRunner().invoke(app, ["company", "train", "--source", str(EXAMPLES[-1] / "world.json"),
                                       "--base-model", "tiny", "--job-store", store_dir, "--run", "--json",
-                                      "--train-cases", "12", "--max-new-tokens", "48", "--tiny-hidden-size", "64",
-                                      "--tiny-layers", "2"])
+                                      "--train-cases", "12", "--max-new-tokens", "48", "--short-episodes",
+                                      "--tiny-hidden-size", "64", "--tiny-layers", "2"])
     job = json.loads(result.stdout)
     shown = json.loads(CliRunner().invoke(app, ["jobs", "show", job["id"], "--job-store", store_dir, "--json"]).stdout)
     assert shown["status"] == job["status"]

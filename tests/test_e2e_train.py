@@ -39,7 +39,7 @@ def test_sft_trains_and_evaluates_every_held_out_case_then_grpo_updates_and_the_
     subprocess.run([sys.executable, "-m", "blobkit.cli", "tiny-model", "--kit", kit, "--out", str(tmp_path / "tiny")],
                    check=True, cwd=ROOT, capture_output=True)
     common = ["--world", kit, "--base", str(tmp_path / "tiny"), "--target", "local-torch", "--max-turns", "5",
-              "--max-new-tokens", "64", "--max-length", "2048"]
+              "--max-new-tokens", "64", "--short-episodes", "--max-length", "2048"]
     sft = blobkit("train", *common, "--method", "sft", "--preset", "tiny", "--epochs", "0.1", "--out",
                   str(tmp_path / "sft"))
     assert sft["optimizer_updates"] > 0 and sft["sft"]["cases"] == record["eval_cases"]

@@ -223,7 +223,8 @@ def test_without_mlx_the_error_suggests_local_torch(monkeypatch: pytest.MonkeyPa
                                                     kit_path: Path) -> None:
     for name in ("mlx", "mlx.core", "mlx.nn", "mlx.optimizers", "mlx_lm"):
         monkeypatch.setitem(sys.modules, name, None)
-    config = TrainConfig(kit=kit_path, method="sft", target="local-mlx", out=tmp_path / "out")
+    # its token cap set, as a plan resolves it: the stand-in plan record holds nothing to resolve it from
+    config = TrainConfig(kit=kit_path, method="sft", target="local-mlx", out=tmp_path / "out", max_new_tokens=16)
     with open_kit(kit_path) as kit, pytest.raises(TargetUnavailableError, match="--target local-torch"):
         run_training(config, kit, [], {}, lambda line: None)
 

@@ -228,7 +228,8 @@ def test_rft_samples_from_a_tiny_sft_export_keeps_its_passes_and_trains_on_them(
         tiny = build_tiny_model(row_texts(rows), tmp_path / "tiny", TinyModelConfig(
             seed=3, hidden_size=64, num_layers=2, num_heads=2, vocab_size=700))
         common: dict[str, Any] = {"kit": kit.root, "base": str(tiny), "target": "local-torch", "max_new_tokens": 48,
-                                  "grounding_repeats": 0, "answer_quote_repeats": 0, "eval_limit": 3}
+                                  "short_episodes": True, "grounding_repeats": 0, "answer_quote_repeats": 0,
+                                  "eval_limit": 3}
         sft_config = TrainConfig.preset("tiny", **common, method="sft", out=tmp_path / "sft", epochs=30)
         run_training(sft_config, kit, rows, plan(sft_config, kit, rows, kit.path("sft.jsonl")), lambda line: None)
         config = TrainConfig.preset("tiny", **common, method="rft", out=tmp_path / "rft", epochs=1,

@@ -321,6 +321,9 @@ def test_a_dry_run_refuses_a_cap_below_what_a_case_needs_and_records_a_derived_o
     assert planned.exit_code == 0, planned.output
     plan = json.loads((tmp_path / "b" / "plan.json").read_text())
     assert plan["episode_limit"]["derived"] and plan["config"]["max_turns"] == plan["episode_limit"]["max_turns"]
+    cap = plan["turn_tokens"]  # the token cap of a turn, derived from the rows under SmolLM2's template the same way
+    assert cap["derived"] and plan["config"]["max_new_tokens"] == cap["max_new_tokens"] > cap["longest_turn_tokens"]
+    assert f"turns of at most {cap['max_new_tokens']} tokens (derived" in planned.output
 
 
 # ----------------------------------------------------------------- the fourth example: a library desk using all of it

@@ -123,10 +123,13 @@ class TrainConfig(BaseModel):
     kit, the longest case's reference conversation plus 2 (:mod:`trainers.episode_limit`); a cap below what a case
     needs is refused unless ``short_episodes``."""
     short_episodes: bool = False
-    """Accept a ``max_turns`` below what some cases need (a smoke run): those cases cannot be passed, and plan.json's
-    ``episode_limit`` counts them."""
-    max_new_tokens: int = Field(128, ge=8)
-    """Tokens per generated assistant turn."""
+    """Accept a ``max_turns`` below what some cases need, or a ``max_new_tokens`` below a row's longest assistant
+    turn (a smoke run): those cases cannot be passed, and plan.json's ``episode_limit`` and ``turn_tokens`` count
+    them."""
+    max_new_tokens: int | None = Field(None, ge=8)
+    """Token cap of a generated assistant turn (evaluation, GRPO and RFT rollouts, pass^k, replay). Default:
+    derived from the kit's rows, their longest assistant turn under the base's chat template plus a quarter
+    (:mod:`trainers.turn_tokens`); a cap below that turn is refused unless ``short_episodes``."""
     episode_batch: int = Field(8, ge=1)
     """Episodes decoded together (held-out evaluation and GRPO rollouts): the shared system prompt and tool list
     prefilled once, each episode keeping its KV cache across its turns, their decode steps run as one batch. 1
@@ -198,6 +201,15 @@ class TrainConfig(BaseModel):
                               "(trainers.episode_limit.episode_limit)")
         return self.max_turns
 
+    @property
+    def token_cap(self) -> int:
+        """``max_new_tokens`` once resolved against the kit's rows (:func:`trainers.turn_tokens.turn_tokens`);
+        ConfigError before."""
+        if self.max_new_tokens is None:
+            raise ConfigError("the token cap of a turn is derived from the kit's rows: resolve it first "
+                              "(trainers.turn_tokens.turn_tokens)")
+        return self.max_new_tokens
+
     @classmethod
     def preset(cls, name: str, **values: Any) -> TrainConfig:
         """The config of preset ``name`` (see :data:`PRESETS`), with ``values`` on top."""
@@ -228,8 +240,8 @@ class TrainConfig(BaseModel):
 
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": {"full": True, "learning_rate": 2e-3, "batch_size": 4, "epochs": 3, "max_length": 2048,
-             "max_new_tokens": 64, "grounding_repeats": 3, "answer_quote_repeats": 2, "decoding": "grounded"},
-    "lora": {"epochs": 1, "batch_size": 8, "max_length": 4096, "max_new_tokens": 128},
+             "grounding_repeats": 3, "answer_quote_repeats": 2, "decoding": "grounded"},
+    "lora": {"epochs": 1, "batch_size": 8, "max_length": 4096},
 }
 """Named recipes. ``tiny``: blobkit's tiny model trained from scratch on every weight at a high learning rate,
 with the grounding and answer-quote repeats it needs to learn copying, decoded grounded: its tool calls constrained

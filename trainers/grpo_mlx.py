@@ -156,7 +156,7 @@ class MLXGRPOBackend:
     def sampler(self) -> MLXSampler:
         """Sampling at the config's temperature from an mlx key seeded with ``config.seed``."""
         config = self.config
-        return MLXSampler(self._policy(), self.tokenizer, config.max_new_tokens, config.temperature, config.seed)
+        return MLXSampler(self._policy(), self.tokenizer, config.token_cap, config.temperature, config.seed)
 
     def update(self, rollouts: list[Rollout], weights: list[float]) -> UpdateFigures:
         """The policy loss's gradients, clipped at 1.0, then one AdamW step (bias-corrected, as torch's)."""

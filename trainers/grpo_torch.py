@@ -145,7 +145,7 @@ class TorchGRPOBackend:
             return self._vllm_sampler()
         # every rank samples its own episodes: one seed each (rank 0's is a single process's)
         seed = config.seed + World.from_env().rank
-        return ModelTurns(self.model, self.tokenizer, config.max_new_tokens, config.temperature,
+        return ModelTurns(self.model, self.tokenizer, config.token_cap, config.temperature,
                           torch.Generator().manual_seed(seed), slots=config.episode_batch,
                           tool_format=format_of(self.tokenizer))
 
@@ -188,7 +188,7 @@ class TorchGRPOBackend:
 
         config = self.config
         self.vllm = VLLMTurns(str(pinned_base_path(self.source.base)), self.tokenizer,
-                              max_new_tokens=config.max_new_tokens, temperature=config.temperature,
+                              max_new_tokens=config.token_cap, temperature=config.temperature,
                               seed=config.seed, slots=config.episode_batch,
                               max_lora_rank=int(self.model.peft_config["default"].r))
         self.vllm.load_adapter(self._adapter_snapshot())

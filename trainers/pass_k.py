@@ -128,7 +128,7 @@ def evaluate_pass_k(model: Any, tokenizer: Any, runtime: WorldRuntime, cases: Se
     constraint = turn_constraint(config.decoding, tokenizer, fmt, world)
 
     def policy_for(generator: Any) -> ModelTurns:
-        return ModelTurns(model, tokenizer, config.max_new_tokens, temperature=config.pass_k_temperature,
+        return ModelTurns(model, tokenizer, config.token_cap, temperature=config.pass_k_temperature,
                           generator=generator, slots=config.episode_batch, tool_format=fmt, constraint=constraint)
 
     attempts = sampled_attempts(policy_for, runtime, cases, config.turn_cap, k=config.pass_k, seed=config.seed,

@@ -25,6 +25,7 @@ from world_format.kit import Kit
 from world_format.loaded import LoadedWorld
 
 from .catalog import ResolvedBase, resolve_base
+from .chat_format import render_row
 from .config import TrainConfig
 from .episode_limit import episode_limit
 from .errors import ConfigError
@@ -45,6 +46,7 @@ from .plan_record import (
 )
 from .preflight import preflight, rows_too_long
 from .targets.registry import target_for
+from .turn_tokens import rows_turn_tokens, turn_tokens
 
 
 def validate_rows(loaded: LoadedWorld, rows: list[dict[str, Any]]) -> None:
@@ -111,27 +113,27 @@ def _shared_prefix(sequences: list[list[int]]) -> int:
     return length
 
 
-def _count_tokens(base: ResolvedBase, rows: list[dict[str, Any]],
-                  config: TrainConfig) -> tuple[Tokenized | NotTokenized, Choice | None, list[int]]:
-    """Token counts of the rows under the base's tool format (and the format, and each row's count), when the
-    tokenizer is here."""
+def _count_tokens(base: ResolvedBase, rows: list[dict[str, Any]], config: TrainConfig
+                  ) -> tuple[Tokenized | NotTokenized, Choice | None, list[int], list[list[int]] | None]:
+    """Token counts of the rows under the base's tool format (and the format, each row's count, and each row's
+    assistant turn lengths), when the tokenizer is here."""
     if not base.on_disk:
-        return NotTokenized(tokenized=False, reason="base tokenizer not available locally"), None, []
+        return NotTokenized(tokenized=False, reason="base tokenizer not available locally"), None, [], None
     from transformers import AutoTokenizer
-
-    from .sft_torch import row_ids
 
     tokenizer = AutoTokenizer.from_pretrained(base.name_or_path)
     choice = apply_tool_format(tokenizer, config.tool_format, where=base.record().get("id", base.name_or_path))
-    ids = [row_ids(tokenizer, row) for row in rows]
+    rendered = [render_row(tokenizer, row) for row in rows]
+    ids = [row.ids for row in rendered]
     counts = [len(row) for row in ids]
     prefix = _shared_prefix(ids)
     mean = sum(counts) / len(counts) if counts else 0.0
     too_long = [i + 1 for i, n in enumerate(counts) if n > config.max_length]
-    return Tokenized(tokenized=True, tokens=sum(counts), max_row_tokens=max(counts, default=0),
-                     mean_row_tokens=round(mean, 1), shared_prefix_tokens=prefix,
-                     shared_prefix_share=round(prefix / mean, 4) if mean else 0.0,
-                     rows_over_max_length=too_long), choice, counts
+    return (Tokenized(tokenized=True, tokens=sum(counts), max_row_tokens=max(counts, default=0),
+                      mean_row_tokens=round(mean, 1), shared_prefix_tokens=prefix,
+                      shared_prefix_share=round(prefix / mean, 4) if mean else 0.0,
+                      rows_over_max_length=too_long),
+            choice, counts, rows_turn_tokens(tokenizer, rows, rendered))
 
 
 def _parameters(base: ResolvedBase) -> int:
@@ -242,9 +244,12 @@ def plan(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], data_path: P
     preflight(config, target_for(config.target).preflight_skips(config))
     base = resolve_base(config.base, config.revision)
     validate_rows(kit.world(), rows)
-    tokens, choice, counts = _count_tokens(base, rows, config)
+    tokens, choice, counts, row_turns = _count_tokens(base, rows, config)
     if isinstance(tokens, Tokenized) and tokens.rows_over_max_length:
         raise rows_too_long(config, tokens.rows_over_max_length, tokens.max_row_tokens)
+    token_cap = None
+    if row_turns is not None:
+        config, token_cap = turn_tokens(config, row_turns)
     extra = (len(with_grounding_repeats(rows, config.grounding_repeats, config.answer_quote_repeats)) - len(rows)
              if config.method == "sft" else 0)
     steps_per_epoch = -(-(len(rows) + extra) // config.batch_size)
@@ -255,7 +260,7 @@ def plan(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], data_path: P
         kit_sha256=kit.sha256, data=str(data_path), data_sha256=file_sha256(data_path),
         rows=len(rows), grounding_examples=extra, tokens=tokens,
         estimated_optimizer_steps=_optimizer_steps(config, kit, rows, steps_per_epoch),
-        vram_estimate_gb=base.vram_estimate_gb(config.method), episode_limit=limit,
+        vram_estimate_gb=base.vram_estimate_gb(config.method), episode_limit=limit, turn_tokens=token_cap,
         rollout_budget=rollout_budget(config) if config.method == "grpo"
         else rft_budget(config, len(rft_case_ids(kit, rows))) if config.method == "rft" else None)
     refusal = config.unsupported() or None

@@ -117,6 +117,24 @@ class EpisodeLimit(Record):
     """Turns added to the longest case when derived, else None."""
 
 
+class TurnTokens(Record):
+    """The token cap of a generated assistant turn, resolved against the training rows
+    (:func:`trainers.turn_tokens.turn_tokens`)."""
+
+    max_new_tokens: int
+    """The cap every generated turn runs under (evaluation, rollouts, pass^k, replay)."""
+    derived: bool
+    """Whether it was derived from the rows (no ``--max-new-tokens``)."""
+    longest_turn_tokens: int
+    """Tokens the rows' longest assistant turn takes under the base's chat template, its end token included."""
+    longest_turn_row: int | None
+    """That turn's row, 1-based (None without rows)."""
+    turns_over_limit: int
+    """Training turns longer than the cap (they would be cut; only with ``--short-episodes``)."""
+    slack: float | None
+    """Share of the longest turn added when derived, else None."""
+
+
 class RolloutBudget(Record):
     """The most model calls GRPO's planned steps (or RFT's sampling) may make."""
 
@@ -261,9 +279,9 @@ class TargetInfo(Record):
 class PlanBasis(Record):
     """The part of a plan every target shares; what :meth:`trainers.targets.base.Target.plan` is given."""
 
-    _omitted = frozenset({"rollout_budget"})
+    _omitted = frozenset({"rollout_budget", "turn_tokens"})
     config: TrainConfig
-    """The run's config, its turn cap resolved."""
+    """The run's config, its turn cap resolved (and its token cap, when the rows were tokenized here)."""
     base: BaseRecord
     """Where the base comes from."""
     tool_format: ChosenFormat | PendingFormat
@@ -286,6 +304,9 @@ class PlanBasis(Record):
     """The catalog's VRAM figure for the method (None outside the catalog)."""
     episode_limit: EpisodeLimit
     """The turn cap and what it cuts."""
+    turn_tokens: TurnTokens | None = None
+    """The token cap of a generated turn and what it cuts (None when the base's tokenizer is not here: the run
+    resolves it where the base is)."""
     rollout_budget: RolloutBudget | None = None
     """GRPO and RFT only: the most model calls its steps (RFT: its sampling) may make."""
 

@@ -19,6 +19,7 @@ from .errors import ConfigError
 from .evaluation import EpisodeResult, EvalSummary, evaluate_cases, model_policy, run_episode
 from .export import load_export
 from .trajectories import ScoredFile
+from .turn_tokens import rows_turn_tokens, turn_tokens
 
 
 def replay_case(export: Path, kit: Kit, case_id: str | None = None, *, max_turns: int | None = None,
@@ -32,7 +33,7 @@ def replay_case(export: Path, kit: Kit, case_id: str | None = None, *, max_turns
         raise ConfigError(f"no held-out case {case_id!r} in {kit.root}")
     trained = trained_config(Path(export), kit)
     turns = max_turns or trained.turn_cap
-    tokens = max_new_tokens or trained.max_new_tokens
+    tokens = max_new_tokens or export_token_cap(trained, tokenizer, kit)
     runtime = kit.world().runtime()
     try:
         policy = model_policy(model, tokenizer, tokens, decoding=decoding or trained.decoding, world=runtime.world)
@@ -54,6 +55,14 @@ def trained_config(export: Path, kit: Kit | None = None) -> TrainConfig:
     return config
 
 
+def export_token_cap(trained: TrainConfig, tokenizer: Any, kit: Kit) -> int:
+    """The export's token cap of a turn; one it does not record (a Tinker sampler checkpoint's export) is derived
+    from the kit's rows under the export's tokenizer (:mod:`trainers.turn_tokens`)."""
+    if trained.max_new_tokens is not None:
+        return trained.max_new_tokens
+    return turn_tokens(trained, rows_turn_tokens(tokenizer, kit.rows()))[0].token_cap
+
+
 def trained_decoding(export: Path) -> str:
     """The decoding the export was trained and evaluated with (``free`` when it does not record one)."""
     return trained_config(Path(export)).decoding
@@ -64,14 +73,17 @@ def replay_record(result: EpisodeResult, manifest: dict[str, Any], decoding: str
     return {**result.to_json(), "model_kind": manifest["kind"], "decoding": decoding}
 
 
-def evaluate_export(export: Path, kit: Kit, *, limit: int | None = None, decoding: str | None = None) -> EvalSummary:
+def evaluate_export(export: Path, kit: Kit, *, limit: int | None = None, decoding: str | None = None,
+                    max_new_tokens: int | None = None) -> EvalSummary:
     """Greedy episodes of ``export`` (loaded fresh, verified) on the kit's held-out cases (the first ``limit``), with
-    the turn cap and token budget it was trained with; what ``blobkit eval --model`` prints."""
+    the turn cap and token cap it was trained with (``max_new_tokens`` overrides the latter); what ``blobkit eval
+    --model`` prints."""
     model, tokenizer, _ = load_export(export)
     trained = trained_config(Path(export), kit)
     runtime = kit.world().runtime()
     try:
-        policy = model_policy(model, tokenizer, trained.max_new_tokens, trained.episode_batch,
+        tokens = max_new_tokens or export_token_cap(trained, tokenizer, kit)
+        policy = model_policy(model, tokenizer, tokens, trained.episode_batch,
                               decoding=decoding or trained.decoding, world=runtime.world)
         return evaluate_cases(policy, runtime, kit.cases("eval")[:limit], trained.turn_cap)
     finally:

@@ -90,7 +90,7 @@ def _sampler(model: Any, tokenizer: Any, config: TrainConfig, world: Any) -> Any
     from .formats import format_of
 
     fmt = format_of(tokenizer)
-    return ModelTurns(model, tokenizer, config.max_new_tokens, config.rft_temperature,
+    return ModelTurns(model, tokenizer, config.token_cap, config.rft_temperature,
                       torch.Generator().manual_seed(config.seed), slots=config.episode_batch, tool_format=fmt,
                       constraint=turn_constraint(config.decoding, tokenizer, fmt, world))
 

@@ -44,7 +44,7 @@ def evaluate_policy(model: Any, tokenizer: Any, loaded: LoadedWorld, cases: list
     runtime = loaded.runtime()
     try:
         started = time.monotonic()
-        policy = model_policy(model, tokenizer, config.max_new_tokens, config.episode_batch,
+        policy = model_policy(model, tokenizer, config.token_cap, config.episode_batch,
                               decoding=config.decoding, world=loaded.world)
         summary = evaluate_cases(policy, runtime, cases, config.turn_cap, universe=universe)
     finally:
@@ -94,12 +94,16 @@ def run_training(config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan
     ``stop`` is polled at every step boundary together with the config's budgets; training then
     ends at that boundary, the partial model is still exported and evaluated, and ``stopped_by``
     says why. The turn cap is resolved against the kit first (:func:`trainers.episode_limit.episode_limit`, as the
-    plan did), so the trainers, the export's config and every evaluation use the same one.
+    plan did) and the token cap taken from the plan (:mod:`trainers.turn_tokens`; a plan made without the base's
+    tokenizer leaves it to the run where the base is), so the trainers, the export's config and every evaluation
+    use the same ones.
     """
     refusal = config.unsupported()
     if refusal:
         raise TargetUnavailableError(refusal)
     config, _ = episode_limit(config, kit)
+    if config.max_new_tokens is None:
+        config = config.model_copy(update={"max_new_tokens": plan_record.config.max_new_tokens})
     return target_for(config.target).run(config, kit, rows, plan_record, log, stop)
 
 

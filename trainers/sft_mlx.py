@@ -31,6 +31,7 @@ from world_format.kit import Kit
 
 from .base_identity import pinned_base_path
 from .budget import Budget, Log, Stop
+from .chat_format import render_row
 from .config import TrainConfig
 from .errors import ConfigError, TargetUnavailableError, TrainerError
 from .eval_record import TrainingReport
@@ -140,12 +141,9 @@ def training_tokenizer(model_dir: Path, tool_format: str = "auto") -> Any:
 
 
 def encode_row(tokenizer: Any, row: dict[str, Any]) -> EncodedRow:
-    """Token ids of the rendered row and the template's assistant-token mask."""
-    if not isinstance(row.get("messages"), list) or not row["messages"]:
-        raise ConfigError("every training row needs a non-empty 'messages' list")
-    out = tokenizer.apply_chat_template(row["messages"], tools=row.get("tools") or None, tokenize=True,
-                                        return_dict=True, return_assistant_tokens_mask=True)
-    return EncodedRow(ids=list(out["input_ids"]), mask=[int(bool(m)) for m in out["assistant_masks"]])
+    """Token ids of the rendered row and the template's assistant-token mask (:func:`render_row`)."""
+    rendered = render_row(tokenizer, row)
+    return EncodedRow(ids=rendered.ids, mask=rendered.assistant)
 
 
 def encode_rows(tokenizer: Any, rows: list[dict[str, Any]], max_length: int) -> list[EncodedRow]:

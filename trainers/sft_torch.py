@@ -20,8 +20,9 @@ from world_format.canonical import atomic_write_json
 from world_format.kit import Kit
 
 from .budget import Budget, Log, Stop
+from .chat_format import render_row
 from .config import TrainConfig
-from .errors import ConfigError, ToolFormatError, TrainerError
+from .errors import ConfigError, TrainerError
 from .eval_record import TrainingReport
 from .evaluation import EvalSummary
 from .fit import FitResult
@@ -61,17 +62,7 @@ def row_ids(tokenizer: Any, row: dict[str, Any]) -> list[int]:
 
     ToolFormatError when the template refuses the row (Llama 3.x: two calls in one turn).
     """
-    from jinja2.exceptions import TemplateError
-
-    clean = _training_row(row)
-    try:
-        ids = tokenizer.apply_chat_template(clean["messages"], tools=clean["tools"] or None, tokenize=True,
-                                            return_dict=False)
-    except TemplateError as exc:
-        raise ToolFormatError(f"the chat template cannot render this row: {exc}") from None
-    if isinstance(ids, dict) or hasattr(ids, "keys"):
-        ids = ids["input_ids"]
-    return list(ids)
+    return render_row(tokenizer, _training_row(row)).ids
 
 
 def count_row_tokens(tokenizer: Any, row: dict[str, Any]) -> int:

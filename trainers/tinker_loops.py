@@ -26,29 +26,13 @@ from typing import Any
 
 from world_format.kit import KitCase
 
+from .chat_format import RenderedRow, render_row
 from .errors import ConfigError
 from .evaluation import EpisodeResult, EvalSummary, evaluate_cases, run_episodes
 from .formats import ToolFormat, apply_tool_format
 from .generation import turn_text
 from .grpo import advantages
 from .turns import TurnRequest
-
-
-@dataclass(frozen=True)
-class RenderedRow:
-    """One SFT row as tokens: the full sequence and which tokens the model writes (the assistant's)."""
-
-    ids: list[int]
-    assistant: list[int]
-    """1 where the token is in an assistant generation block, else 0 (same length as ``ids``)."""
-
-
-def render_row(tokenizer: Any, row: dict[str, Any]) -> RenderedRow:
-    """``row``'s tokens under the tokenizer's chat template, with the assistant mask TRL's ``assistant_only_loss``
-    uses (``return_assistant_tokens_mask``)."""
-    out = tokenizer.apply_chat_template(row["messages"], tools=row.get("tools") or None, tokenize=True,
-                                        return_dict=True, return_assistant_tokens_mask=True)
-    return RenderedRow(list(out["input_ids"]), list(out["assistant_masks"]))
 
 
 def tensor(values: Sequence[float] | Sequence[int], dtype: str) -> Any:

@@ -127,6 +127,12 @@ def _plan_line(record: PlanRecord, out: Path, refusal: str | None) -> str:
     how = (f"derived: the longest case needs {limit.longest_case_turns}, plus {limit.slack}" if limit.derived
            else f"set; {limit.cases_over_limit} case(s) need more" if limit.cases_over_limit else "set")
     extras.append(f"episodes of at most {limit.max_turns} assistant turns ({how})")
+    cap = record.turn_tokens
+    if cap is not None:
+        how = (f"derived: the longest turn takes {cap.longest_turn_tokens}, plus a share of {cap.slack:g}"
+               if cap.slack is not None
+               else f"set; {cap.turns_over_limit} training turn(s) take more" if cap.turns_over_limit else "set")
+        extras.append(f"turns of at most {cap.max_new_tokens} tokens ({how})")
     head = (f"plan written to {out / 'plan.json'}: {record.rows} rows, "
             f"{record.estimated_optimizer_steps} optimizer steps" + "".join(f", {e}" for e in extras)
             + (f"; cannot run as configured: {refusal}" if refusal else ""))

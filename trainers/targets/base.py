@@ -93,7 +93,11 @@ class LocalTarget(Target):
 
     def run(self, config: TrainConfig, kit: Kit, rows: list[dict[str, Any]], plan_record: PlanRecord,
             log: Log, stop: Stop | None) -> TrainingReport:
-        """The run skeleton here, with this target's trainer."""
+        """The run skeleton here, with this target's trainer; a token cap the plan left open (the base's tokenizer
+        was not here then) is resolved against the rows first (:func:`trainers.turn_tokens.resolve_for_base`)."""
         from trainers.run import run_skeleton
+        from trainers.turn_tokens import resolve_for_base
 
+        if config.max_new_tokens is None:
+            config = resolve_for_base(config, rows)
         return run_skeleton(config, kit, self.trainer(config, kit, rows, plan_record), log, stop)
