@@ -31,13 +31,13 @@ def main() -> None:
     parser.add_argument("--kit", type=Path, required=True)
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--temperature", type=float, default=0.7)
-    parser.add_argument("--decoding", choices=("free", "constrained"), default=None)
+    parser.add_argument("--decoding", choices=("free", "constrained", "grounded"), default=None)
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--save", type=Path, default=None)
     args = parser.parse_args()
     from trainers.export import load_export
     from trainers.pass_k import evaluate_pass_k
-    from trainers.replay import trained_config
+    from trainers.replay import export_token_cap, trained_config
     from world_format.kit import open_kit
 
     with open_kit(args.kit) as kit:
@@ -45,6 +45,7 @@ def main() -> None:
         config = config.model_copy(update={"pass_k": args.k, "pass_k_temperature": args.temperature,
                                            "decoding": args.decoding or config.decoding})
         model, tokenizer, _ = load_export(args.model)
+        config = config.model_copy(update={"max_new_tokens": export_token_cap(config, tokenizer, kit)})
         runtime = kit.world().runtime()
         start = time.perf_counter()
         try:
