@@ -178,7 +178,9 @@ def _watch(page: Any, shots: Shots) -> list[str]:
                 Shots.publish(shot, "job-progress.png")
                 published = True
         if page.locator("[data-terminal=true]").count():
-            return seen
+            # the page may have turned terminal between reading the status above and this check: read it again
+            final = page.locator("#job-status").inner_text()
+            return seen if seen[-1] == final else [*seen, final]
         time.sleep(1.0)
     raise AssertionError(f"the job page did not reach an end within {TRAIN_S} s; it showed {seen}")
 
