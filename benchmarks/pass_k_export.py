@@ -4,7 +4,9 @@ Loads an export (``blobkit train``'s ``OUT/export``) fresh and attempts each of 
 cases ``--k`` times at ``--temperature`` (:mod:`trainers.pass_k`: attempt i samples with a generator seeded
 ``seed + i``; a case counts for pass^k only when all k attempts pass), decoded ``--decoding`` (default: what the
 export was trained with). Prints pass^k with its interval, pass@k, the mean pass rate of one sampled attempt and
-the seconds it took; ``--save FILE`` writes the record as JSON. One run, one model.
+the seconds it took; ``--save FILE`` writes the record as JSON with each case's outcome (all k passed, its entity:
+what ``trainers.paired`` pairs two exports over). ``--max-new-tokens`` caps a turn (``derived``: the cap a run now
+derives from the kit's rows); default the export's own. One run, one model.
 
 Run::
 
@@ -19,6 +21,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -33,10 +36,13 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--decoding", choices=("free", "constrained", "grounded"), default=None)
     parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--max-new-tokens", default=None,
+                        help="token cap of a turn: a number, or 'derived' (from the kit's rows under the export's "
+                             "tokenizer, trainers/turn_tokens.py); default: the export's own")
     parser.add_argument("--save", type=Path, default=None)
     args = parser.parse_args()
     from trainers.export import load_export
-    from trainers.pass_k import evaluate_pass_k
+    from trainers.pass_k import pass_k_attempts, pass_k_record
     from trainers.replay import export_token_cap, trained_config
     from world_format.kit import open_kit
 
@@ -45,17 +51,28 @@ def main() -> None:
         config = config.model_copy(update={"pass_k": args.k, "pass_k_temperature": args.temperature,
                                            "decoding": args.decoding or config.decoding})
         model, tokenizer, _ = load_export(args.model)
-        config = config.model_copy(update={"max_new_tokens": export_token_cap(config, tokenizer, kit)})
+        own = config if args.max_new_tokens != "derived" else config.model_copy(update={"max_new_tokens": None})
+        cap = int(args.max_new_tokens) if args.max_new_tokens not in (None, "derived") else export_token_cap(
+            own, tokenizer, kit)
+        config = config.model_copy(update={"max_new_tokens": cap})
         runtime = kit.world().runtime()
         start = time.perf_counter()
         try:
-            record = evaluate_pass_k(model, tokenizer, runtime, kit.cases("eval")[:args.limit], config,
-                                     runtime.world, log=lambda line: print(line, file=sys.stderr, flush=True))
+            attempts = pass_k_attempts(model, tokenizer, runtime, kit.cases("eval")[:args.limit], config,
+                                       runtime.world, log=lambda line: print(line, file=sys.stderr, flush=True))
         finally:
             runtime.close()
-    print(f"{record.text()}; {time.perf_counter() - start:.0f} s")
+    record = pass_k_record(attempts, temperature=config.pass_k_temperature, seed=config.seed,
+                           decoding=config.decoding)
+    print(f"{record.text()}; token cap {config.max_new_tokens}; {time.perf_counter() - start:.0f} s")
     if args.save is not None:
-        args.save.write_text(json.dumps(record.model_dump(mode="json"), indent=1), encoding="utf-8")
+        # per case: whether all k attempts passed, and its entity (what trainers.paired pairs two exports over)
+        outcomes: dict[str, list[Any]] = {}
+        for result in (r for results in attempts for r in results):
+            outcome = outcomes.setdefault(result.case_id, [True, result.entity])
+            outcome[0] = outcome[0] and result.passed
+        saved = {**record.model_dump(mode="json"), "outcomes": outcomes}
+        args.save.write_text(json.dumps(saved, indent=1), encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -67,6 +67,26 @@ class PassK(BaseModel):
                 f"temperature {self.temperature:g} ({self.decoding} decoding)")
 
 
+def pass_k_attempts(model: Any, tokenizer: Any, runtime: WorldRuntime, cases: Sequence[KitCase], config: Any,
+                    world: Any = None, log: Log | None = None) -> list[list[EpisodeResult]]:
+    """``config.pass_k`` sampled evaluations of a loaded model on ``cases`` at ``config.pass_k_temperature``
+    (episodes decoded ``config.episode_batch`` at a time, as the greedy evaluation, with ``config.decoding``;
+    ``world`` names the row-naming parameters constrained decoding restricts), seeded from ``config.seed``;
+    ``log`` gets a line per finished attempt. One list of episode results per attempt, in case order."""
+    from .episode_decode import ModelTurns
+    from .evaluation import turn_constraint
+    from .formats import format_of
+
+    fmt = format_of(tokenizer)
+    constraint = turn_constraint(config.decoding, tokenizer, fmt, world)
+
+    def policy_for(generator: Any) -> ModelTurns:
+        return ModelTurns(model, tokenizer, config.token_cap, temperature=config.pass_k_temperature,
+                          generator=generator, slots=config.episode_batch, tool_format=fmt, constraint=constraint)
+
+    return sampled_attempts(policy_for, runtime, cases, config.turn_cap, k=config.pass_k, seed=config.seed, log=log)
+
+
 def pass_k_record(attempts: Sequence[Sequence[EpisodeResult]], *, temperature: float, seed: int,
                   decoding: str = "free") -> PassK:
     """The record of ``attempts`` (one list of episode results per attempt, each over the same cases).
@@ -116,22 +136,7 @@ def sampled_attempts(policy_for: Any, runtime: WorldRuntime, cases: Sequence[Kit
 
 def evaluate_pass_k(model: Any, tokenizer: Any, runtime: WorldRuntime, cases: Sequence[KitCase], config: Any,
                     world: Any = None, log: Log | None = None) -> PassK:
-    """pass^k of a loaded model on ``cases``: ``config.pass_k`` sampled evaluations at ``config.pass_k_temperature``
-    (episodes decoded ``config.episode_batch`` at a time, as the greedy evaluation, with ``config.decoding``;
-    ``world`` names the row-naming parameters constrained decoding restricts), seeded from ``config.seed``;
-    ``log`` gets a line per finished attempt."""
-    from .episode_decode import ModelTurns
-    from .evaluation import turn_constraint
-    from .formats import format_of
-
-    fmt = format_of(tokenizer)
-    constraint = turn_constraint(config.decoding, tokenizer, fmt, world)
-
-    def policy_for(generator: Any) -> ModelTurns:
-        return ModelTurns(model, tokenizer, config.token_cap, temperature=config.pass_k_temperature,
-                          generator=generator, slots=config.episode_batch, tool_format=fmt, constraint=constraint)
-
-    attempts = sampled_attempts(policy_for, runtime, cases, config.turn_cap, k=config.pass_k, seed=config.seed,
-                                log=log)
+    """pass^k of a loaded model on ``cases``: the record of :func:`pass_k_attempts`."""
+    attempts = pass_k_attempts(model, tokenizer, runtime, cases, config, world, log)
     return pass_k_record(attempts, temperature=config.pass_k_temperature, seed=config.seed,
                          decoding=config.decoding)
