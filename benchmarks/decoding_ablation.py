@@ -50,17 +50,15 @@ def main() -> None:
     args = parser.parse_args()
     from transformers import AutoTokenizer
 
-    from trainers.config import TrainConfig
     from trainers.paired import compare
-    from trainers.replay import evaluate_export, export_token_cap
+    from trainers.replay import evaluate_export, export_token_cap, trained_config
     from world_format.kit import open_kit
 
     summaries, seconds = {}, {}
     with open_kit(args.kit) as kit:
-        cap = (export_token_cap(TrainConfig(), AutoTokenizer.from_pretrained(args.model), kit)
-               if args.max_new_tokens == "derived" else None if args.max_new_tokens is None
-               else int(args.max_new_tokens))
-        print("token cap of a turn:", cap if cap is not None else "the export's own")
+        asked = args.max_new_tokens if args.max_new_tokens in (None, "derived") else int(args.max_new_tokens)
+        cap = export_token_cap(trained_config(args.model, kit), AutoTokenizer.from_pretrained(args.model), kit, asked)
+        print("token cap of a turn:", cap)
         for decoding in args.order.split(","):
             start = time.perf_counter()
             summaries[decoding] = evaluate_export(args.model, kit, limit=args.limit, decoding=decoding,

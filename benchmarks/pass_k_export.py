@@ -51,10 +51,8 @@ def main() -> None:
         config = config.model_copy(update={"pass_k": args.k, "pass_k_temperature": args.temperature,
                                            "decoding": args.decoding or config.decoding})
         model, tokenizer, _ = load_export(args.model)
-        own = config if args.max_new_tokens != "derived" else config.model_copy(update={"max_new_tokens": None})
-        cap = int(args.max_new_tokens) if args.max_new_tokens not in (None, "derived") else export_token_cap(
-            own, tokenizer, kit)
-        config = config.model_copy(update={"max_new_tokens": cap})
+        asked = args.max_new_tokens if args.max_new_tokens in (None, "derived") else int(args.max_new_tokens)
+        config = config.model_copy(update={"max_new_tokens": export_token_cap(config, tokenizer, kit, asked)})
         runtime = kit.world().runtime()
         start = time.perf_counter()
         try:

@@ -103,6 +103,8 @@ def test_an_export_that_records_no_cap_replays_with_the_one_its_kit_derives(reta
     longest = max(max(turns) for turns in rows_turn_tokens(tokenizer, retail_kit.rows()))
     assert export_token_cap(TrainConfig(), tokenizer, retail_kit) == derived_cap(longest)
     assert export_token_cap(TrainConfig(max_new_tokens=20), tokenizer, retail_kit) == 20
+    assert export_token_cap(TrainConfig(max_new_tokens=20), tokenizer, retail_kit, "derived") == derived_cap(longest)
+    assert export_token_cap(TrainConfig(max_new_tokens=20), tokenizer, retail_kit, 30) == 30
 
 
 def test_a_run_whose_plan_could_not_tokenize_resolves_the_cap_from_its_base(retail_kit: Any, tinker_tiny: Path) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from world_format.kit import Kit
 
@@ -33,7 +33,7 @@ def replay_case(export: Path, kit: Kit, case_id: str | None = None, *, max_turns
         raise ConfigError(f"no held-out case {case_id!r} in {kit.root}")
     trained = trained_config(Path(export), kit)
     turns = max_turns or trained.turn_cap
-    tokens = max_new_tokens or export_token_cap(trained, tokenizer, kit)
+    tokens = export_token_cap(trained, tokenizer, kit, max_new_tokens)
     runtime = kit.world().runtime()
     try:
         policy = model_policy(model, tokenizer, tokens, decoding=decoding or trained.decoding, world=runtime.world)
@@ -55,12 +55,17 @@ def trained_config(export: Path, kit: Kit | None = None) -> TrainConfig:
     return config
 
 
-def export_token_cap(trained: TrainConfig, tokenizer: Any, kit: Kit) -> int:
-    """The export's token cap of a turn; one it does not record (a Tinker sampler checkpoint's export) is derived
-    from the kit's rows under the export's tokenizer (:mod:`trainers.turn_tokens`)."""
-    if trained.max_new_tokens is not None:
+def export_token_cap(trained: TrainConfig, tokenizer: Any, kit: Kit,
+                     asked: int | Literal["derived"] | None = None) -> int:
+    """The token cap of a turn for the export trained with ``trained``: ``asked`` when it is a number; else the cap
+    the export records, unless ``asked`` is ``"derived"`` or it records none (a Tinker sampler checkpoint's export),
+    when it is derived from the kit's rows under the export's tokenizer (:mod:`trainers.turn_tokens`)."""
+    if isinstance(asked, int):
+        return asked
+    if trained.max_new_tokens is not None and asked is None:
         return trained.max_new_tokens
-    return turn_tokens(trained, rows_turn_tokens(tokenizer, kit.rows()))[0].token_cap
+    unset = trained.model_copy(update={"max_new_tokens": None})
+    return turn_tokens(unset, rows_turn_tokens(tokenizer, kit.rows()))[0].token_cap
 
 
 def trained_decoding(export: Path) -> str:
@@ -74,15 +79,15 @@ def replay_record(result: EpisodeResult, manifest: dict[str, Any], decoding: str
 
 
 def evaluate_export(export: Path, kit: Kit, *, limit: int | None = None, decoding: str | None = None,
-                    max_new_tokens: int | None = None) -> EvalSummary:
+                    max_new_tokens: int | Literal["derived"] | None = None) -> EvalSummary:
     """Greedy episodes of ``export`` (loaded fresh, verified) on the kit's held-out cases (the first ``limit``), with
-    the turn cap and token cap it was trained with (``max_new_tokens`` overrides the latter); what ``blobkit eval
-    --model`` prints."""
+    the turn cap and token cap it was trained with (``max_new_tokens`` overrides the latter, as
+    :func:`export_token_cap` reads it); what ``blobkit eval --model`` prints."""
     model, tokenizer, _ = load_export(export)
     trained = trained_config(Path(export), kit)
     runtime = kit.world().runtime()
     try:
-        tokens = max_new_tokens or export_token_cap(trained, tokenizer, kit)
+        tokens = export_token_cap(trained, tokenizer, kit, max_new_tokens)
         policy = model_policy(model, tokenizer, tokens, trained.episode_batch,
                               decoding=decoding or trained.decoding, world=runtime.world)
         return evaluate_cases(policy, runtime, kit.cases("eval")[:limit], trained.turn_cap)

@@ -62,7 +62,7 @@ def row_ids(tokenizer: Any, row: dict[str, Any]) -> list[int]:
 
     ToolFormatError when the template refuses the row (Llama 3.x: two calls in one turn).
     """
-    return render_row(tokenizer, _training_row(row)).ids
+    return render_row(tokenizer, row).ids
 
 
 def count_row_tokens(tokenizer: Any, row: dict[str, Any]) -> int:
