@@ -12,18 +12,25 @@ from .runtime import FieldValues, WorldRuntime
 from .state import quote_identifier
 
 
-def text_key_columns(world: World) -> list[tuple[str, str]]:
-    """(table, column) of every text key column of the world, in declaration order."""
+def key_columns(world: World) -> list[tuple[str, str]]:
+    """(table, column) of every key column of the world, in declaration order: (part of) a primary key, ``unique``,
+    one of an anchor's ``natural_keys``, or the target of a tool parameter's ``anchors`` entry."""
     named = {tuple(target.split(".", 1)) for tool in world.tools for target in tool.anchors.values()}
     found = []
     for table in world.state.tables:
         anchor = world.state.anchor(table.name)
         natural = set(anchor.natural_keys) if anchor else set()
         for column in table.columns:
-            keyish = column.primary_key or column.unique or column.name in natural or (table.name, column.name) in named
-            if column.type == "TEXT" and keyish:
+            if column.primary_key or column.unique or column.name in natural or (table.name, column.name) in named:
                 found.append((table.name, column.name))
     return found
+
+
+def text_key_columns(world: World) -> list[tuple[str, str]]:
+    """(table, column) of every text key column of the world (:func:`key_columns` of type TEXT), in declaration
+    order."""
+    types = {(table.name, column.name): column.type for table in world.state.tables for column in table.columns}
+    return [key for key in key_columns(world) if types[key] == "TEXT"]
 
 
 MEMO_KEY = "text_key_values"

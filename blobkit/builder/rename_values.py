@@ -20,10 +20,10 @@ import random
 import re
 from dataclasses import dataclass
 
-from world_format.models import World
 from world_format.renaming import occurs
 from world_format.runtime import WorldRuntime
 from world_format.state import quote_identifier
+from world_format.text_keys import key_columns
 
 from .leakage import identifying_text
 
@@ -37,19 +37,6 @@ _NAME = re.compile(r"[A-Z][a-z'\-]+(?: [A-Z][a-z'\-]+){0,3}")
 _DATE_OR_TIME = re.compile(r"\d{4}-\d{2}-\d{2}.*|\d{1,2}:\d{2}(:\d{2})?")
 _FIRST_TOKEN = re.compile(r"[a-z0-9_]+(?:[.@+\-][a-z0-9_]+)*")
 _VOWELS, _CONSONANTS = "aeiou", "bcdfghjklmnpqrstvwxyz"
-
-
-def key_columns(world: World) -> list[tuple[str, str]]:
-    """(table, column) of every key column: primary key, ``unique``, natural key, or a tool parameter's anchor."""
-    named = {tuple(target.split(".", 1)) for tool in world.tools for target in tool.anchors.values()}
-    found = []
-    for table in world.state.tables:
-        anchor = world.state.anchor(table.name)
-        natural = set(anchor.natural_keys) if anchor else set()
-        for column in table.columns:
-            if column.primary_key or column.unique or column.name in natural or (table.name, column.name) in named:
-                found.append((table.name, column.name))
-    return found
 
 
 def _counts(value: object) -> str | None:
