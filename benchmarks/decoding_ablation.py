@@ -50,6 +50,7 @@ def main() -> None:
     args = parser.parse_args()
     from transformers import AutoTokenizer
 
+    from trainers.intervals import share
     from trainers.paired import compare
     from trainers.replay import evaluate_export, export_token_cap, trained_config
     from world_format.kit import open_kit
@@ -70,8 +71,8 @@ def main() -> None:
                 (args.save / f"{decoding}.json").write_text(json.dumps(saved, indent=1))
     for decoding, summary in summaries.items():
         record = summary.to_json()
-        low, high = record["interval_95"]
-        print(f"{decoding:>11}: pass rate {record['pass_rate']:.3f} ({record['passed']}/{record['cases']} cases, "
+        low, high, rate = *record["interval_95"], share(record["passed"], record["cases"])
+        print(f"{decoding:>11}: pass rate {rate:.3f} ({record['passed']}/{record['cases']} cases, "
               f"{record['entities']} entities; 95 % CI {low:.2f}-{high:.2f}); tool-call parse failures "
               f"{record['tool_call_parse_failures']}; {seconds[decoding]:.0f} s")
         reasons = Counter(_kind(r.verdict.reason) for r in summary.distinct() if not r.passed)

@@ -15,7 +15,7 @@ from blobkit.builder.leakage import identifying_text
 from blobkit.builder.mint import Instance, Minter
 from blobkit.builder.sides import Sides, side_of
 from trainers.evaluation import EpisodeResult, EvalSummary
-from trainers.intervals import wilson_interval
+from trainers.intervals import rate_record, rate_text, wilson_interval
 from world_format.entities import Entities, entity_id, owning_reference
 from world_format.loader import load_world
 from world_format.models import Task
@@ -165,6 +165,13 @@ def test_the_wilson_interval_matches_the_published_values() -> None:
     assert wilson_interval(5, 10) == (0.2366, 0.7634)
     assert wilson_interval(0, 10) == (0.0, 0.2775) and wilson_interval(10, 10) == (0.7225, 1.0)
     assert wilson_interval(0, 0) == (0.0, 1.0)
+
+
+def test_a_printed_rate_is_the_fraction_rounded_once() -> None:
+    # 111/220 = 0.50454…: kept as 0.5045, which a second rounding prints as 0.504
+    record = rate_record([(i < 111, f"e{i}") for i in range(220)])
+    assert record["pass_rate"] == 0.5045 and rate_text(record).startswith("0.505 (111/220 cases, 220 entities")
+    assert rate_text({"pass_rate": 0.5, "cases": 4}).startswith("0.500 (2/4 cases")
 
 
 def test_an_eval_summary_carries_cases_entities_and_the_interval() -> None:

@@ -100,6 +100,15 @@ def test_pass_hat_k_counts_a_case_only_when_every_attempt_passes() -> None:
         pass_k_record([attempts[0], attempts[1][:2]], temperature=0.7, seed=1)
 
 
+def test_pass_hat_k_prints_the_fraction_not_its_rounded_record() -> None:
+    # 186/220 = 0.84545…: kept as 0.8455, which printed at 3 places reads 0.846
+    cases = [f"c{i:03}" for i in range(220)]
+    attempts = [[_result(case, i < passing) for i, case in enumerate(cases)] for passing in (186, 190, 197)]
+    record = pass_k_record(attempts, temperature=0.7, seed=1)
+    assert record.pass_hat_k == 0.8455 and record.sampled_passes == 573
+    assert record.text().startswith("pass^3 0.845 (186/220 cases") and "pass@3 0.895, sampled 0.868" in record.text()
+
+
 def test_an_sft_report_carries_the_paired_comparison_into_the_company_results(tmp_path: Path) -> None:
     base = EvalSummary(tuple(_result(f"c{i}", i < 3, f"e{i // 2}") for i in range(10)))
     sft = EvalSummary(tuple(_result(f"c{i}", i < 8, f"e{i // 2}") for i in range(10)))

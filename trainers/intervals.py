@@ -32,6 +32,12 @@ def wilson_interval(passed: int, cases: int, z: float = Z95) -> tuple[float, flo
     return round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)
 
 
+def share(part: int, whole: int) -> float:
+    """``part / whole`` unrounded (0.0 for an empty whole): what a printed rate is formatted from, so a rate shows
+    the fraction itself (186/220 prints 0.845), not the 4-place value the records keep rounded a second time."""
+    return part / whole if whole else 0.0
+
+
 def rate_record(outcomes: Iterable[tuple[bool, str]]) -> dict[str, Any]:
     """The pass rate of (passed, entity) outcomes, with its case count, passes, independent entities and the 95 %
     Wilson interval over cases (cases of one entity are correlated, so read it with ``entities`` beside it)."""
@@ -47,5 +53,6 @@ def rate_text(record: dict[str, Any]) -> str:
     passed = record.get("passed", round(record["pass_rate"] * record["cases"]))
     low, high = record.get("interval_95") or wilson_interval(passed, record["cases"])
     entities = f", {record['entities']} entities" if "entities" in record else ""
-    return (f"{record['pass_rate']:.3f} ({passed}/{record['cases']} cases{entities}; "
+    rate = share(passed, record["cases"]) if "passed" in record else record["pass_rate"]
+    return (f"{rate:.3f} ({passed}/{record['cases']} cases{entities}; "
             f"95 % CI {low:.2f}-{high:.2f})")

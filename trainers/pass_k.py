@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .budget import Log
 from .errors import ScoreError
-from .intervals import wilson_interval
+from .intervals import share, wilson_interval
 
 if TYPE_CHECKING:
     from world_format.kit import KitCase
@@ -58,12 +58,17 @@ class PassK(BaseModel):
     """any_passed / cases (pass@k), 4 places."""
     sampled_pass_rate: float
     """Passing attempts / (k x cases): the mean pass rate of one sampled attempt, 4 places."""
+    sampled_passes: int | None = None
+    """Passing attempts, of k x cases (None in a record written before it was kept)."""
 
     def text(self) -> str:
         """``pass^3 0.400 (26/66 cases; 95 % CI 0.29-0.52), pass@3 0.712, sampled 0.561 at temperature 0.7``."""
         low, high = self.interval_95
-        return (f"pass^{self.k} {self.pass_hat_k:.3f} ({self.all_passed}/{self.cases} cases; 95 % CI {low:.2f}-"
-                f"{high:.2f}), pass@{self.k} {self.pass_at_k:.3f}, sampled {self.sampled_pass_rate:.3f} at "
+        passes = self.sampled_passes
+        sampled = self.sampled_pass_rate if passes is None else share(passes, self.k * self.cases)
+        return (f"pass^{self.k} {share(self.all_passed, self.cases):.3f} ({self.all_passed}/{self.cases} cases; 95 % "
+                f"CI {low:.2f}-{high:.2f}), pass@{self.k} {share(self.any_passed, self.cases):.3f}, sampled "
+                f"{sampled:.3f} at "
                 f"temperature {self.temperature:g} ({self.decoding} decoding)")
 
 
@@ -112,7 +117,7 @@ def pass_k_record(attempts: Sequence[Sequence[EpisodeResult]], *, temperature: f
                  entities=len({results[0].entity for results in by_case.values()}), all_passed=every,
                  any_passed=some, pass_hat_k=round(every / cases, 4) if cases else 0.0,
                  interval_95=wilson_interval(every, cases), pass_at_k=round(some / cases, 4) if cases else 0.0,
-                 sampled_pass_rate=round(passes / (k * cases), 4) if cases else 0.0)
+                 sampled_pass_rate=round(passes / (k * cases), 4) if cases else 0.0, sampled_passes=passes)
 
 
 def sampled_attempts(policy_for: Any, runtime: WorldRuntime, cases: Sequence[KitCase], max_turns: int, *, k: int,

@@ -4,6 +4,8 @@ verdict in words. Charts are inline SVG geometry (no script, no chart library); 
 
 from __future__ import annotations
 
+from trainers.intervals import share
+
 from ..records import Record, TrainingJob
 from ..steps import step_line
 
@@ -110,10 +112,11 @@ def rate_bars(job: TrainingJob) -> list[RateBar]:
             continue
         lo, hi = rate.interval_95 or (rate.pass_rate, rate.pass_rate)
         entities = "" if rate.entities is None else f", {rate.entities} independent entities"
+        percent = 100 * share(rate.passed, rate.cases)
         bars.append(RateBar(label=label, y=12.0 + 40.0 * len(bars), width=round(BAR_W * rate.pass_rate, 1),
                             lo_x=round(BAR_X + BAR_W * lo, 1), hi_x=round(BAR_X + BAR_W * hi, 1),
-                            percent=f"{100 * rate.pass_rate:.0f} %",
-                            text=f"{label}: {100 * rate.pass_rate:.1f} % ({rate.passed}/{rate.cases} held-out cases"
+                            percent=f"{percent:.0f} %",
+                            text=f"{label}: {percent:.1f} % ({rate.passed}/{rate.cases} held-out cases"
                                  f"{entities}; 95 % interval {100 * lo:.1f}–{100 * hi:.1f} %)"))
     return bars
 
