@@ -36,7 +36,7 @@ BASE_SFT: dict[str, Any] = {"epochs": 2, "learning_rate": 1e-3, "batch_size": 4,
 """SFT settings of the demo with ``--base``, on top of the ``lora`` preset: the recipe that passed 0.9 of the example
 kits' large held-out sets on SmolLM2-135M-Instruct (one run each; benchmarks/README.md, "Decision weight and the
 calculator"). Two epochs: on the airline kit 0.957 against 0.784 after one (a paired +0.173, 95 % interval
-0.12-0.23, 53 minutes of training on 2 CPU cores), on retail 0.991 (218/220) against 0.895 (a paired +0.096,
+0.12-0.23, 53 minutes of training on 2 CPU cores), on retail 0.991 (218/220) against 0.895 (a paired +0.095,
 0.06-0.14, 44 minutes). The first 16 trained tokens of each assistant turn, where it picks a tool or answers, weigh 4
 in the loss. The shared prefix gives the unshared batch's loss and gradients at fewer tokens. Tool calls are decoded
 constrained (evaluation, GRPO rollouts, replay): on retail's 220 held-out cases an SFT export passed 0.909

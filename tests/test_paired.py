@@ -100,6 +100,14 @@ def test_pass_hat_k_counts_a_case_only_when_every_attempt_passes() -> None:
         pass_k_record([attempts[0], attempts[1][:2]], temperature=0.7, seed=1)
 
 
+def test_a_paired_difference_prints_its_fraction_rounded_once() -> None:
+    # 21 more passes of 220 = +0.09545…: kept as 0.0955, which a second rounding prints as +0.096
+    earlier = _outcomes([i < 197 for i in range(220)])
+    later = _outcomes([i < 218 for i in range(220)])
+    paired = compare(earlier, later, earlier_name="one", later_name="two")
+    assert paired.difference == 0.0955 and paired.text().startswith("two - one: +0.095 (95 % CI")
+
+
 def test_pass_hat_k_prints_the_fraction_not_its_rounded_record() -> None:
     # 186/220 = 0.84545…: kept as 0.8455, which printed at 3 places reads 0.846
     cases = [f"c{i:03}" for i in range(220)]

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from pydantic import BaseModel, ConfigDict
 
 from .errors import ScoreError
+from .intervals import share
 
 RESAMPLES = 10_000
 """Bootstrap resamples of the paired difference."""
@@ -72,7 +73,8 @@ class PairedComparison(BaseModel):
     def text(self) -> str:
         """``sft - base: +0.152 (95 % CI +0.06 to +0.24, paired over 66 cases, 33 entities; McNemar p 0.002)``."""
         low, high = self.interval_95
-        return (f"{self.later} - {self.earlier}: {self.difference:+.3f} (95 % CI {low:+.2f} to {high:+.2f}, paired "
+        difference = share(self.only_later - self.only_earlier, self.cases)
+        return (f"{self.later} - {self.earlier}: {difference:+.3f} (95 % CI {low:+.2f} to {high:+.2f}, paired "
                 f"over {self.cases} cases, {self.entities} entities; McNemar p {self.mcnemar_p:.3g})")
 
 
