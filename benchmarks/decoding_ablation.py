@@ -36,13 +36,15 @@ def _kind(reason: str) -> str:
 
 
 def main() -> None:
+    from trainers.replay import requested_token_cap
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--kit", type=Path, required=True)
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--order", default="free,constrained",
                         help="the decodings in the order they run (comma-separated)")
-    parser.add_argument("--max-new-tokens", default=None,
+    parser.add_argument("--max-new-tokens", type=requested_token_cap, default=None,
                         help="token cap of a turn: a number, or 'derived' (from the kit's rows under the export's "
                              "tokenizer, as a run derives it, trainers/turn_tokens.py); default: the export's own")
     parser.add_argument("--save", type=Path, default=None,
@@ -57,8 +59,8 @@ def main() -> None:
 
     summaries, seconds = {}, {}
     with open_kit(args.kit) as kit:
-        asked = args.max_new_tokens if args.max_new_tokens in (None, "derived") else int(args.max_new_tokens)
-        cap = export_token_cap(trained_config(args.model, kit), AutoTokenizer.from_pretrained(args.model), kit, asked)
+        cap = export_token_cap(trained_config(args.model, kit), AutoTokenizer.from_pretrained(args.model), kit,
+                               args.max_new_tokens)
         print("token cap of a turn:", cap)
         for decoding in args.order.split(","):
             start = time.perf_counter()

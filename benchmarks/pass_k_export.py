@@ -29,6 +29,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def main() -> None:
+    from trainers.replay import requested_token_cap
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--kit", type=Path, required=True)
@@ -36,7 +38,7 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--decoding", choices=("free", "constrained", "grounded"), default=None)
     parser.add_argument("--limit", type=int, default=None)
-    parser.add_argument("--max-new-tokens", default=None,
+    parser.add_argument("--max-new-tokens", type=requested_token_cap, default=None,
                         help="token cap of a turn: a number, or 'derived' (from the kit's rows under the export's "
                              "tokenizer, trainers/turn_tokens.py); default: the export's own")
     parser.add_argument("--save", type=Path, default=None)
@@ -51,8 +53,8 @@ def main() -> None:
         config = config.model_copy(update={"pass_k": args.k, "pass_k_temperature": args.temperature,
                                            "decoding": args.decoding or config.decoding})
         model, tokenizer, _ = load_export(args.model)
-        asked = args.max_new_tokens if args.max_new_tokens in (None, "derived") else int(args.max_new_tokens)
-        config = config.model_copy(update={"max_new_tokens": export_token_cap(config, tokenizer, kit, asked)})
+        cap = export_token_cap(config, tokenizer, kit, args.max_new_tokens)
+        config = config.model_copy(update={"max_new_tokens": cap})
         runtime = kit.world().runtime()
         start = time.perf_counter()
         try:

@@ -115,3 +115,12 @@ def test_a_run_whose_plan_could_not_tokenize_resolves_the_cap_from_its_base(reta
     assert resolve_for_base(TrainConfig(base=str(tinker_tiny)), rows).max_new_tokens == derived_cap(longest)
     assert resolve_for_base(TrainConfig(base=str(tinker_tiny), max_new_tokens=8, short_episodes=True),
                             rows).max_new_tokens == 8
+
+
+def test_a_requested_token_cap_is_a_positive_number_or_derived() -> None:
+    from trainers.replay import requested_token_cap
+
+    assert requested_token_cap("derived") == "derived" and requested_token_cap("104") == 104
+    for bad in ("0", "-3", "abc", "Derived"):
+        with pytest.raises(ValueError):
+            requested_token_cap(bad)

@@ -55,6 +55,17 @@ def trained_config(export: Path, kit: Kit | None = None) -> TrainConfig:
     return config
 
 
+def requested_token_cap(text: str) -> int | Literal["derived"]:
+    """A token cap as a command line gives it (``--max-new-tokens``): a positive number, or ``derived``, in the form
+    :func:`export_token_cap` reads; ValueError otherwise (argparse's ``type=`` turns it into a usage error)."""
+    if text == "derived":
+        return "derived"
+    cap = int(text)
+    if cap < 1:
+        raise ValueError(f"a token cap is at least 1, not {cap}")
+    return cap
+
+
 def export_token_cap(trained: TrainConfig, tokenizer: Any, kit: Kit,
                      asked: int | Literal["derived"] | None = None) -> int:
     """The token cap of a turn for the export trained with ``trained``: ``asked`` when it is a number; else the cap
