@@ -336,3 +336,18 @@ def test_a_case_uploaded_as_evidence_opens_as_a_readable_conversation_for_its_wo
     other, _ = panel.signed_in(panel.other_key)
     assert other.get(url).status_code == 404
     assert client.get(f"/twin/{panel.env_id}/jobs/{job_id}/cases/rl/no-such-case").status_code == 404
+
+
+def test_the_rate_bars_print_the_fraction_itself_not_the_records_4_place_rate_rounded_again() -> None:
+    from blobkit.company.records import JobResults, Rate
+    from blobkit.service.panel.views import rate_bars
+    from blobkit.service.records import TrainingJob
+    from trainers.intervals import wilson_interval
+
+    # 14/17 = 0.823529…: the record keeps 0.8235, which printed again at one place of a percent reads 82.3 %.
+    sft = Rate(pass_rate=0.8235, cases=17, passed=14, entities=9, interval_95=wilson_interval(14, 17),
+               measured_by="sft")
+    job = TrainingJob.model_construct(results=JobResults(complete=True, sft=sft))
+    (bar,) = rate_bars(job)
+    assert bar.label == "SFT" and bar.percent == "82 %"
+    assert bar.text.startswith("SFT: 82.4 % (14/17 held-out cases, 9 independent entities; 95 % interval 59.0–93.8 %)")
