@@ -36,7 +36,7 @@ def _kind(reason: str) -> str:
 
 
 def main() -> None:
-    from trainers.replay import requested_token_cap
+    from trainers.replay import evaluate_export, export_token_cap, requested_token_cap, trained_config
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, required=True)
@@ -54,7 +54,6 @@ def main() -> None:
 
     from trainers.intervals import share
     from trainers.paired import compare
-    from trainers.replay import evaluate_export, export_token_cap, trained_config
     from world_format.kit import open_kit
 
     summaries, seconds = {}, {}

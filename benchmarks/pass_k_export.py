@@ -29,7 +29,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def main() -> None:
-    from trainers.replay import requested_token_cap
+    from trainers.replay import export_token_cap, requested_token_cap, trained_config
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, required=True)
@@ -45,7 +45,6 @@ def main() -> None:
     args = parser.parse_args()
     from trainers.export import load_export
     from trainers.pass_k import pass_k_attempts, pass_k_record
-    from trainers.replay import export_token_cap, trained_config
     from world_format.kit import open_kit
 
     with open_kit(args.kit) as kit:
